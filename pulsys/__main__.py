@@ -1,0 +1,3 @@
+from pulsys.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Cache state: the in-memory index, the on-disk store, and in-flight fills."""

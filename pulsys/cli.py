@@ -1,0 +1,49 @@
+"""Command line: argv + environment -> Config -> app.run().
+
+The only module that reads sys.argv and os.environ. Every error a person can cause is
+one line on stderr and exit code 2; no traceback.
+"""
+
+import argparse
+import os
+import sys
+
+from pulsys import __version__
+from pulsys.config import SETTINGS, build_config
+from pulsys.errors import ConfigError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write("pulsys: error: %s (see pulsys --help)\n" % message)
+        raise SystemExit(2)
+
+
+def make_parser():
+    p = _Parser(prog="pulsys", description="A pull-through cache for the Hugging Face Hub. "
+                "Every flag can also be set with the environment variable named after it "
+                "(e.g. --cache-dir -> PULSYS_CACHE_DIR).")
+    p.add_argument("--version", action="version", version="pulsys " + __version__)
+    for s in SETTINGS:
+        helptext = "%s [env %s%s]" % (
+            s.help, s.env, "" if s.default in (None, "", ()) else ", default %s" % (s.default,))
+        if s.kind == "flag":
+            p.add_argument(s.flag, dest=s.name, action="store_const", const=True, default=None, help=helptext)
+        elif s.kind == "multi":
+            p.add_argument(s.flag, dest=s.name, action="append", default=None, metavar=s.metavar, help=helptext)
+        else:
+            p.add_argument(s.flag, dest=s.name, default=None, metavar=s.metavar or s.name.upper(),
+                           help=helptext)
+    return p
+
+
+def main(argv=None, environ=None):
+    environ = os.environ if environ is None else environ
+    args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        config = build_config(vars(args), environ)
+    except ConfigError as e:
+        sys.stderr.write("pulsys: error: %s\n" % e)
+        return 2
+    from pulsys import app  # imported late: `pulsys --help` must not pay for it
+    return app.run(config)

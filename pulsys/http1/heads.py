@@ -1,0 +1,104 @@
+"""Response heads: rendered once per Entry, reused for every hit. Pure.
+
+prepare(entry) renders the heads a FILE entry can need (200 and 304 for keep-alive and
+close, and the fixed prefix of a 206) when the entry is published, so the warm path
+only picks a bytes object; 206 and 416 add one small format per request.
+Canned error responses are memoised by (status, message, keep_alive).
+"""
+
+import functools
+import json
+
+REASONS = {
+    200: "OK", 206: "Partial Content", 301: "Moved Permanently", 302: "Found", 303: "See Other",
+    304: "Not Modified", 307: "Temporary Redirect", 308: "Permanent Redirect",
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+    413: "Content Too Large", 414: "URI Too Long", 416: "Range Not Satisfiable",
+    417: "Expectation Failed", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway",
+    503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported",
+    507: "Insufficient Storage",
+}
+
+CONN_KA = b"Connection: keep-alive\r\n\r\n"
+CONN_CLOSE = b"Connection: close\r\n\r\n"
+
+
+def clean(value):
+    """A header value safe to put on the wire: no CR, LF, NUL or other controls."""
+    s = str(value)
+    if s.isprintable():
+        return s
+    return "".join(c for c in s if c == "\t" or c.isprintable())
+
+
+def status_line(status):
+    return ("HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, "Unknown"))).encode("latin-1")
+
+
+def _hdr(name, value):
+    return ("%s: %s\r\n" % (name, clean(value))).encode("latin-1", "replace")
+
+
+class FileHeads:
+    __slots__ = ("ok_ka", "ok_close", "nm_ka", "nm_close", "partial_prefix", "size")
+
+
+def _file_common(e):
+    h = [_hdr("Content-Type", e.content_type or "application/octet-stream"),
+         _hdr("ETag", '"%s"' % e.etag)]
+    if e.commit:
+        h.append(_hdr("X-Repo-Commit", e.commit))
+    if e.lfs:
+        h.append(_hdr("X-Linked-Etag", '"%s"' % e.etag))
+        h.append(_hdr("X-Linked-Size", e.size))
+    h.append(b"Accept-Ranges: bytes\r\n")
+    if e.content_disposition:
+        h.append(_hdr("Content-Disposition", e.content_disposition))
+    h.append(b"X-Content-Type-Options: nosniff\r\n")
+    return b"".join(h)
+
+
+def prepare(entry):
+    """Render the reusable heads of a FILE entry into entry.heads; returns the entry."""
+    common = _file_common(entry)
+    fh = FileHeads()
+    ok = status_line(200) + common + b"Content-Length: %d\r\n" % entry.size
+    fh.ok_ka, fh.ok_close = ok + CONN_KA, ok + CONN_CLOSE
+    nm = status_line(304) + common
+    fh.nm_ka, fh.nm_close = nm + CONN_KA, nm + CONN_CLOSE
+    fh.partial_prefix = status_line(206) + common
+    fh.size = entry.size
+    entry.heads = fh
+    return entry
+
+
+def render_partial(fh, first, last, keep_alive):
+    return b"%sContent-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n%s" % (
+        fh.partial_prefix, first, last, fh.size, last - first + 1, CONN_KA if keep_alive else CONN_CLOSE)
+
+
+def render_unsatisfiable(size, keep_alive):
+    return b"%sContent-Range: bytes */%d\r\nContent-Length: 0\r\n%s" % (
+        status_line(416), size, CONN_KA if keep_alive else CONN_CLOSE)
+
+
+def render_canned(status, headers, body_len, keep_alive):
+    """Head of a response whose body is in memory. headers: ((name, value), ...)."""
+    parts = [status_line(status)]
+    for name, value in headers:
+        parts.append(_hdr(name, value))
+    parts.append(b"Content-Length: %d\r\n" % body_len)
+    parts.append(CONN_KA if keep_alive else CONN_CLOSE)
+    return b"".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def error_response(status, message, keep_alive=False, head_only=False):
+    """A complete pulsys-generated error (head + JSON body) in the Hub's style."""
+    body = json.dumps({"error": message}).encode()
+    head = render_canned(status, (("Content-Type", "application/json"),
+                                  ("X-Error-Message", message),
+                                  ("X-Content-Type-Options", "nosniff")), len(body), keep_alive)
+    return head if head_only else head + body

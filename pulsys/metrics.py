@@ -1,0 +1,30 @@
+"""Counters: one preallocated list of ints per thread, summed when scraped.
+
+A reactor increments `c[HITS] += 1` on its own list (no lock, no allocation for small
+ints... and a CPython int above 256 is one short-lived object). Readers sum lists from
+any thread; a torn read only makes a counter momentarily behind.
+"""
+
+NAMES = (
+    "requests", "cache_hits", "cache_misses", "fills_started", "fills_completed", "fills_failed",
+    "bytes_served", "upstream_requests", "upstream_body_bytes", "upstream_errors",
+    "stale_served", "offline_refusals", "protocol_errors", "connections_accepted",
+    "connections_closed", "peer_resets", "sendfile_eagain", "integrity_failures",
+    "passthrough", "fused_head_body",
+)
+INDEX = {n: i for i, n in enumerate(NAMES)}
+for _i, _n in enumerate(NAMES):
+    globals()[_n.upper()] = _i
+del _i, _n
+
+
+def new():
+    return [0] * len(NAMES)
+
+
+def merged(lists):
+    total = [0] * len(NAMES)
+    for c in lists:
+        for i, v in enumerate(c):
+            total[i] += v
+    return dict(zip(NAMES, total))

@@ -1,0 +1,1 @@
+"""Shared vocabulary: plain data and pure helpers used by every plane."""

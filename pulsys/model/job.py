@@ -1,0 +1,29 @@
+"""Job and Reply: the only things that cross between a reactor and the fill pool.
+
+A reactor that cannot answer from the index hands a Job to the `submit` callable it was
+given; the upstream plane answers exactly once through `job.reply(Reply)`, which posts
+back into the reactor's mailbox. Neither side imports the other.
+"""
+
+
+class Job:
+    __slots__ = ("target", "method", "host", "body", "content_type", "reply")
+
+    def __init__(self, target, method, host, body, content_type, reply):
+        self.target = target            # model.target.Target
+        self.method = method            # "GET" | "HEAD" | "POST"
+        self.host = host                # Host header, used when no --public-base-url is set
+        self.body = body                # request body bytes (POST paths-info) or b""
+        self.content_type = content_type
+        self.reply = reply              # callable(Reply), thread-safe
+
+
+class Reply:
+    """entry: what to answer with (FILE or CANNED). fill: set when the body is still
+    arriving (model-level Fill object from cache.inflight). outcome: for logs and counters."""
+    __slots__ = ("entry", "fill", "outcome")
+
+    def __init__(self, entry, fill=None, outcome="miss"):
+        self.entry = entry
+        self.fill = fill
+        self.outcome = outcome

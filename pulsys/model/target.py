@@ -1,0 +1,51 @@
+"""Target: what a request asks for, as the router understood it.
+
+Plain data shared by the reactor (warm lookups), the upstream plane (what to fetch) and
+the cache (keys). Built by route.route(); never by hand outside tests.
+"""
+
+# kinds
+RESOLVE = 1        # GET/HEAD a file: /{repo}/resolve/{rev}/{path} or /api/resolve-cache/...
+API_INFO = 2       # GET /api/{type}s/{repo}[/revision/{rev}]
+API_TREE = 3       # GET /api/{type}s/{repo}/tree/{rev}[/{path}]
+API_PATHS_INFO = 4  # POST /api/{type}s/{repo}/paths-info/{rev}
+API_OTHER = 5      # any other GET/HEAD under /api/: proxied, not cached
+LOCAL = 6          # answered by pulsys itself (path in .path: "healthz", "agent-harnesses")
+REJECT = 7         # .status and .message say why
+
+KIND_NAMES = {RESOLVE: "resolve", API_INFO: "api-info", API_TREE: "api-tree",
+              API_PATHS_INFO: "paths-info", API_OTHER: "api", LOCAL: "local", REJECT: "reject"}
+
+REPO_TYPES = ("model", "dataset", "space")
+URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
+
+
+class Target:
+    __slots__ = ("kind", "rtype", "repo", "rev", "path", "query", "upstream_path",
+                 "status", "message")
+
+    def __init__(self, kind, rtype="", repo="", rev="", path="", query="", upstream_path="",
+                 status=0, message=""):
+        self.kind = kind
+        self.rtype = rtype            # "model" | "dataset" | "space"
+        self.repo = repo              # "org/name" or "name", decoded
+        self.rev = rev                # decoded revision ("main", "refs/pr/1", 40-hex sha) or ""
+        self.path = path              # decoded file path inside the repo, or "" (LOCAL: what to answer)
+        self.query = query            # raw query the client sent (kept for upstream where it matters)
+        self.upstream_path = upstream_path  # percent-encoded path to ask upstream for
+        self.status = status          # REJECT only
+        self.message = message        # REJECT only
+
+    def __repr__(self):
+        return "Target(%s %s %s@%s %r)" % (KIND_NAMES.get(self.kind), self.rtype, self.repo,
+                                           self.rev, self.path or self.message)
+
+
+def is_commit(rev):
+    """A 40-hex lowercase git sha: immutable."""
+    if len(rev) != 40:
+        return False
+    for c in rev:
+        if c not in "0123456789abcdef":
+            return False
+    return True

@@ -1,0 +1,332 @@
+"""The request step every reactor backend shares.
+
+    bytes -> http1.parse -> route -> cache index -> warm.plan_warm -> backend sends
+                                        | miss
+                                        v
+                             submit(Job) to the fill pool; the Reply comes back
+                             through this reactor's Mailbox and is planned the same way
+
+A backend subclass owns the event loop and the socket calls; it calls on_bytes_ready /
+on_writable and implements want(conn, events) and the send primitives. Nothing here
+blocks: no upstream, DNS, fsync or database call happens on a reactor thread.
+"""
+
+import os
+import time
+
+from pulsys import metrics as M
+from pulsys.cache.inflight import DONE, FAILED
+from pulsys.errors import ProtocolError
+from pulsys.http1.heads import error_response, render_canned
+from pulsys.http1.parse import parse_request_head
+from pulsys.model import target as T
+from pulsys.model.entry import FILE
+from pulsys.model.job import Job
+from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, WAIT_FILL, WAIT_JOB
+from pulsys.route import route
+from pulsys.warm import plan_warm
+
+MAX_BODY = 1 << 20          # POST paths-info bodies are a few KiB; refuse more than 1 MiB
+BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
+_PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+_LOCAL = {
+    "healthz": ((("Content-Type", "text/plain"),), b"ok\n"),
+    # huggingface_hub 2.x asks once a day and ignores failures (hf-protocol.md §2.1 row 0)
+    "agent-harnesses": ((("Content-Type", "application/json"),), b"[]"),
+}
+
+
+class ReactorBase:
+    name = "base"
+
+    def __init__(self, index, submit, mailbox, sender, fdcache, access_log=None,
+                 idle_timeout=75.0, header_timeout=30.0, send_timeout=300.0):
+        self.index = index
+        self.submit = submit
+        self.mailbox = mailbox
+        self.send_head = sender.send_head
+        self.send_body = sender.send_body
+        self.fdcache = fdcache
+        self.counters = M.new()
+        self.access = access_log.append if access_log is not None else None
+        self.idle_timeout = idle_timeout
+        self.header_timeout = header_timeout
+        self.send_timeout = send_timeout
+        self.conns = {}
+        self.now = time.monotonic()
+
+    # -- state machine -------------------------------------------------------
+
+    def advance(self, conn):
+        """Run the connection as far as it goes without blocking."""
+        while True:
+            st = conn.state
+            if st == SEND:
+                r = self._send(conn)
+                if r == BLOCKED:
+                    self.want(conn, 2)
+                    return
+                if r == WAITING:
+                    self.want(conn, 0)
+                    return
+                if r == ABORT:
+                    self.close(conn)
+                    return
+                self._finish(conn)
+                if conn.close_after:
+                    self.close(conn)
+                    return
+                conn.state = READ
+            elif st == READ:
+                if not self._read_request(conn):
+                    return
+            else:
+                self.want(conn, 0)
+                return
+
+    def _read_request(self, conn):
+        """Parse and dispatch one request. False when the connection must wait or closed."""
+        try:
+            head = parse_request_head(conn.rbuf, conn.rstart, conn.rend)
+        except ProtocolError as e:
+            self.counters[M.PROTOCOL_ERRORS] += 1
+            self._respond(conn, None, e.status_hint, error_response(e.status_hint, e.reason), True)
+            return True
+        if head is None:
+            return self._recv(conn)
+        total = head.head_len + head.content_length
+        if head.content_length:
+            if head.content_length > MAX_BODY:
+                self._respond(conn, head, 413, error_response(413, "request body too large"), True)
+                return True
+            if conn.rend - conn.rstart < total:
+                if len(conn.rbuf) - conn.rstart < total:
+                    self._grow(conn, total)
+                return self._recv(conn)
+        body = bytes(conn.rbuf[conn.rstart + head.head_len:conn.rstart + total]) if head.content_length else b""
+        conn.rstart += total
+        self.on_request(conn, head, body)
+        return True
+
+    def _grow(self, conn, need):
+        buf = bytearray(max(need, RBUF_SIZE))
+        n = conn.rend - conn.rstart
+        buf[:n] = conn.rbuf[conn.rstart:conn.rend]
+        conn.rbuf, conn.rview, conn.rstart, conn.rend = buf, memoryview(buf), 0, n
+
+    def _recv(self, conn):
+        if conn.rstart == conn.rend:
+            conn.rstart = conn.rend = 0
+        elif conn.rend == len(conn.rbuf):
+            n = conn.rend - conn.rstart
+            conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
+            conn.rstart, conn.rend = 0, n
+        try:
+            n = conn.sock.recv_into(conn.rview[conn.rend:])
+        except (BlockingIOError, InterruptedError):
+            self.want(conn, 1)
+            return False
+        except OSError:
+            self.counters[M.PEER_RESETS] += 1
+            self.close(conn)
+            return False
+        if n == 0:
+            self.close(conn)
+            return False
+        conn.rend += n
+        conn.last_active = self.now
+        return True
+
+    # -- requests --------------------------------------------------------------
+
+    def on_request(self, conn, head, body):
+        c = self.counters
+        c[M.REQUESTS] += 1
+        conn.head = head
+        conn.t0 = time.monotonic()
+        conn.close_after = not head.keep_alive
+        t = route(head)
+        kind = t.kind
+        if kind == T.RESOLVE:
+            e = self.index.lookup(t, conn.t0)
+            if e is not None and plan_warm(head, e, conn.plan):
+                c[M.CACHE_HITS] += 1
+                self._start(conn, e, None, "hit")
+                return
+            c[M.CACHE_MISSES] += 1
+        elif kind == T.REJECT:
+            close = t.status == 400
+            self._respond(conn, head, t.status,
+                          error_response(t.status, t.message, head.keep_alive and not close,
+                                         head.method == "HEAD"), close)
+            return
+        elif kind == T.LOCAL:
+            headers, payload = _LOCAL[t.path]
+            out = render_canned(200, headers, len(payload), head.keep_alive)
+            self._respond(conn, head, 200, out if head.method == "HEAD" else out + payload, False)
+            conn.outcome = "local"
+            return
+        conn.state = WAIT_JOB
+        conn.gen += 1
+        gen = conn.gen
+        post, on_reply = self.mailbox.post, self._on_reply
+
+        def reply(r):
+            post(on_reply, (conn, gen, r))
+        self.submit(Job(t, head.method, head.host, body, head.content_type, reply))
+
+    def _on_reply(self, arg):
+        conn, gen, r = arg
+        if conn.gen != gen or conn.state != WAIT_JOB:
+            return
+        head = conn.head
+        ok = plan_warm(head, r.entry, conn.plan)
+        if not ok and r.fill is None:
+            self._respond(conn, head, 503, error_response(503, "cached body vanished; retry", False), True)
+        else:
+            self._start(conn, r.entry, r.fill if not ok else None, r.outcome)
+        self.advance(conn)
+
+    def _respond(self, conn, head, status, data, close):
+        conn.out, conn.out_off, conn.file_left, conn.fill = data, 0, 0, None
+        conn.status, conn.outcome, conn.state = status, "error" if status >= 400 else "local", SEND
+        if close or head is None:
+            conn.close_after = True
+        if head is not None:
+            conn.head = head
+
+    def _start(self, conn, entry, fill, outcome):
+        plan = conn.plan
+        conn.out = plan.head + plan.body if plan.body else plan.head
+        conn.out_off = 0
+        conn.status = plan.status
+        conn.outcome = outcome
+        conn.state = SEND
+        conn.file_left = plan.count if entry.kind == FILE else 0
+        conn.file_off = plan.offset
+        if not conn.file_left:
+            return
+        if fill is not None and fill.state == DONE:
+            entry, fill = fill.entry, None
+        if fill is not None:
+            try:
+                conn.file_fd = os.open(fill.part_path, os.O_RDONLY | os.O_CLOEXEC)
+                conn.file_path = None
+                conn.fill = fill
+                return
+            except FileNotFoundError:
+                if fill.state != DONE:
+                    self._respond(conn, conn.head, 503, error_response(503, "fill failed; retry"), True)
+                    return
+                entry = fill.entry
+        try:
+            conn.file_fd = self.fdcache.acquire(entry.blob_path)
+            conn.file_path = entry.blob_path
+        except OSError:
+            self._respond(conn, conn.head, 503, error_response(503, "cached body vanished; retry"), True)
+
+    def _on_fill_progress(self, arg):
+        conn, gen = arg
+        if conn.gen == gen and conn.state == WAIT_FILL:
+            conn.state = SEND
+            self.advance(conn)
+
+    # -- sending ---------------------------------------------------------------
+
+    def _send(self, conn):
+        out = conn.out
+        try:
+            if conn.out_off < len(out):
+                more = conn.file_left > 0 and conn.fill is None
+                n = self.send_head(conn.sock, memoryview(out)[conn.out_off:] if conn.out_off else out, more)
+                conn.out_off += n
+                conn.sent += n
+                if conn.out_off < len(out):
+                    self.counters[M.SENDFILE_EAGAIN] += 1
+                    return BLOCKED
+                if more:
+                    self.counters[M.FUSED_HEAD_BODY] += 1
+            send_body = self.send_body
+            while conn.file_left > 0:
+                count = conn.file_left
+                fill = conn.fill
+                if fill is not None:
+                    avail = fill.available - conn.file_off
+                    if avail <= 0:
+                        if fill.state == FAILED:
+                            return ABORT
+                        if fill.wait(conn.file_off, self.mailbox.post, self._on_fill_progress,
+                                     (conn, conn.gen)):
+                            conn.state = WAIT_FILL
+                            return WAITING
+                        continue
+                    if count > avail:
+                        count = avail
+                n = send_body(conn.fd, conn.file_fd, conn.file_off, count)
+                if n == 0:
+                    self.counters[M.SENDFILE_EAGAIN] += 1
+                    return BLOCKED
+                if n < 0:
+                    return ABORT
+                conn.file_off += n
+                conn.file_left -= n
+                conn.sent += n
+        except _PEER_GONE:
+            self.counters[M.PEER_RESETS] += 1
+            return ABORT
+        conn.last_active = self.now
+        return DONE_SEND
+
+    def _release_file(self, conn):
+        if conn.file_fd >= 0:
+            if conn.file_path is not None:
+                self.fdcache.release(conn.file_path, conn.file_fd)
+            else:
+                os.close(conn.file_fd)
+            conn.file_fd = -1
+            conn.file_path = None
+        conn.fill = None
+
+    def _finish(self, conn):
+        self._release_file(conn)
+        self.counters[M.BYTES_SERVED] += conn.sent
+        if self.access is not None and conn.head is not None:
+            h = conn.head
+            self.access((conn.t0, h.method, h.target, conn.status, conn.sent, conn.outcome,
+                         time.monotonic() - conn.t0))
+        conn.sent = 0
+        conn.head = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self, conn):
+        if conn.state == CLOSED:
+            return
+        if conn.head is not None and conn.state in (SEND, WAIT_FILL):
+            self._finish(conn)
+        self._release_file(conn)
+        self.want(conn, 0)
+        conn.state = CLOSED
+        conn.gen += 1
+        self.conns.pop(conn.fd, None)
+        self.counters[M.CONNECTIONS_CLOSED] += 1
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def sweep(self):
+        """Close idle, stalled and slow-header connections."""
+        now = self.now
+        for conn in list(self.conns.values()):
+            idle = now - conn.last_active
+            if conn.state == READ:
+                limit = self.header_timeout if conn.rend > conn.rstart else self.idle_timeout
+                if idle > limit:
+                    self.close(conn)
+            elif conn.state == SEND and idle > self.send_timeout:
+                self.close(conn)
+
+    def want(self, conn, events):
+        raise NotImplementedError

@@ -1,0 +1,42 @@
+"""Per-connection state (one object per client connection, reused for every request)."""
+
+from pulsys.warm import WarmPlan
+
+READ, SEND, WAIT_JOB, WAIT_FILL, CLOSED = range(5)
+
+RBUF_SIZE = 64 * 1024
+
+
+class Conn:
+    __slots__ = (
+        "sock", "fd", "rbuf", "rview", "rstart", "rend", "state", "gen", "events",
+        "head", "plan", "out", "out_off", "file_fd", "file_path", "file_off", "file_left",
+        "fill", "close_after", "t0", "outcome", "status", "sent", "last_active", "target_text",
+    )
+
+    def __init__(self, sock, now):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.rbuf = bytearray(RBUF_SIZE)
+        self.rview = memoryview(self.rbuf)
+        self.rstart = 0
+        self.rend = 0
+        self.state = READ
+        self.gen = 0
+        self.events = 0
+        self.head = None
+        self.plan = WarmPlan()
+        self.out = b""
+        self.out_off = 0
+        self.file_fd = -1
+        self.file_path = None     # blob path (fd from the FdCache) or None (own fd of a part file)
+        self.file_off = 0
+        self.file_left = 0
+        self.fill = None
+        self.close_after = False
+        self.t0 = now
+        self.outcome = ""
+        self.status = 0
+        self.sent = 0
+        self.last_active = now
+        self.target_text = ""

@@ -1,0 +1,54 @@
+"""Per-reactor cache of open blob file descriptors (no locks: one owner thread).
+
+sendfile with an explicit offset never moves the file position, so one fd serves every
+connection of the reactor. An fd evicted while a connection still sends from it is
+closed when that connection releases it.
+"""
+
+import collections
+import os
+
+
+class FdCache:
+    def __init__(self, capacity=1024):
+        self.capacity = capacity
+        self._fds = collections.OrderedDict()   # path -> [fd, refs]
+        self._doomed = {}                       # fd -> refs, evicted while in use
+
+    def acquire(self, path):
+        rec = self._fds.get(path)
+        if rec is not None:
+            self._fds.move_to_end(path)
+            rec[1] += 1
+            return rec[0]
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._fds[path] = [fd, 1]
+        if len(self._fds) > self.capacity:
+            self._evict()
+        return fd
+
+    def release(self, path, fd):
+        rec = self._fds.get(path)
+        if rec is not None and rec[0] == fd:
+            rec[1] -= 1
+            return
+        refs = self._doomed.get(fd)
+        if refs is not None:
+            if refs <= 1:
+                del self._doomed[fd]
+                os.close(fd)
+            else:
+                self._doomed[fd] = refs - 1
+
+    def _evict(self):
+        while len(self._fds) > self.capacity:
+            path, (fd, refs) = self._fds.popitem(last=False)
+            if refs:
+                self._doomed[fd] = refs
+            else:
+                os.close(fd)
+
+    def close_all(self):
+        for fd, _ in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

@@ -1,0 +1,53 @@
+"""The one door from other threads into a reactor: a deque plus a wake-up socketpair.
+
+Any thread may post(fn, arg); the reactor thread drains and calls fn(arg). deque.append
+and popleft are atomic in CPython, so posting takes no lock. One byte is written to
+the wake-up socket only when the reactor has not been signalled since its last drain.
+"""
+
+import collections
+import socket
+
+
+class Mailbox:
+    def __init__(self):
+        self._q = collections.deque()
+        self.rsock, self._wsock = socket.socketpair()
+        self.rsock.setblocking(False)
+        self._wsock.setblocking(False)
+        self._signalled = False
+
+    def post(self, fn, arg):
+        self._q.append((fn, arg))
+        if not self._signalled:
+            self._signalled = True
+            try:
+                self._wsock.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass
+
+    def drain(self, cap=1024):
+        """Run up to `cap` posted calls on the calling (reactor) thread. Returns count."""
+        self._signalled = False
+        try:
+            while self.rsock.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        q = self._q
+        n = 0
+        while q and n < cap:
+            fn, arg = q.popleft()
+            fn(arg)
+            n += 1
+        if q:
+            self.post(_noop, None)  # more work: make sure the loop comes back
+        return n
+
+    def close(self):
+        self.rsock.close()
+        self._wsock.close()
+
+
+def _noop(_):
+    pass

@@ -1,0 +1,95 @@
+"""Portable reactor: one thread, non-blocking sockets on selectors (epoll / kqueue).
+
+Optimistic I/O: a connection tries recv/send first and registers interest only when
+the kernel says EAGAIN; accept runs until EAGAIN. The loop, in order: wait, dispatch
+ready sockets, drain the mailbox, sweep timeouts once a second.
+"""
+
+import selectors
+import socket
+import time
+
+from pulsys import metrics as M
+from pulsys.reactor.base import ReactorBase
+from pulsys.reactor.conn import Conn
+
+_LISTEN = object()
+_WAKE = object()
+_EV = {1: selectors.EVENT_READ, 2: selectors.EVENT_WRITE}
+
+
+class SelectorReactor(ReactorBase):
+    name = "selector"
+
+    def __init__(self, listener, *args, max_connections=10000, **kw):
+        super().__init__(*args, **kw)
+        self.listener = listener
+        self.max_connections = max_connections
+        self.sel = selectors.DefaultSelector()
+        self.stopping = False
+
+    def want(self, conn, events):
+        cur = conn.events
+        if cur == events:
+            return
+        sock = conn.sock
+        if cur == 0:
+            self.sel.register(sock, _EV[events], conn)
+        elif events == 0:
+            self.sel.unregister(sock)
+        else:
+            self.sel.modify(sock, _EV[events], conn)
+        conn.events = events
+
+    def _accept(self):
+        c = self.counters
+        accept = self.listener.accept
+        while True:
+            try:
+                sock, _ = accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # EMFILE, ECONNABORTED: try again on the next readiness event
+            if len(self.conns) >= self.max_connections:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Conn(sock, self.now)
+            self.conns[conn.fd] = conn
+            c[M.CONNECTIONS_ACCEPTED] += 1
+            self.advance(conn)
+
+    def run(self):
+        sel = self.sel
+        sel.register(self.listener, selectors.EVENT_READ, _LISTEN)
+        sel.register(self.mailbox.rsock, selectors.EVENT_READ, _WAKE)
+        select, drain, advance = sel.select, self.mailbox.drain, self.advance
+        monotonic = time.monotonic
+        next_sweep = monotonic() + 1.0
+        try:
+            while not self.stopping:
+                events = select(1.0)
+                self.now = now = monotonic()
+                for key, _mask in events:
+                    d = key.data
+                    if d is _LISTEN:
+                        self._accept()
+                    elif d is _WAKE:
+                        drain()
+                    else:
+                        advance(d)
+                if now >= next_sweep:
+                    self.sweep()
+                    next_sweep = now + 1.0
+        finally:
+            for conn in list(self.conns.values()):
+                self.close(conn)
+            sel.close()
+            self.fdcache.close_all()
+
+    def stop(self):
+        self.stopping = True
+        self.mailbox.post(lambda _: None, None)

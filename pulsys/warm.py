@@ -1,0 +1,52 @@
+"""plan_warm: the one decision every reactor backend runs for a cached answer. Pure.
+
+Given the request head and a cache Entry, choose status and head bytes and the body
+span to send. Backends execute plans; they never decide. No I/O, no clock.
+"""
+
+from pulsys.http1 import heads as H
+from pulsys.http1.ranges import UNSATISFIABLE, etag_matches, parse_range
+from pulsys.model.entry import CANNED
+
+
+class WarmPlan:
+    """Filled in place by plan_warm (one per connection, reused)."""
+    __slots__ = ("status", "head", "body", "offset", "count")
+
+    def __init__(self):
+        self.status = 0
+        self.head = b""       # bytes of the response head
+        self.body = b""       # in-memory body (CANNED), sent after head
+        self.offset = 0       # file body: first byte
+        self.count = 0        # file body: number of bytes (0 = none)
+
+
+def plan_warm(head, entry, plan):
+    """Fill `plan` for `entry`. Returns False when the body is needed but not on disk."""
+    ka = head.keep_alive
+    is_head = head.method == "HEAD"
+    if entry.kind == CANNED:
+        plan.status = entry.status
+        plan.head = H.render_canned(entry.status, entry.headers, len(entry.body), ka)
+        plan.body = b"" if is_head else entry.body
+        plan.offset = plan.count = 0
+        return True
+    fh = entry.heads
+    plan.body = b""
+    plan.offset = 0
+    if head.if_none_match is not None and etag_matches(head.if_none_match, entry.etag):
+        plan.status, plan.head, plan.count = 304, fh.nm_ka if ka else fh.nm_close, 0
+        return True
+    r = parse_range(head.range, entry.size) if head.range is not None else None
+    if r is None:
+        plan.status, plan.head = 200, fh.ok_ka if ka else fh.ok_close
+        plan.count = 0 if is_head else entry.size
+    elif r is UNSATISFIABLE or r == UNSATISFIABLE:
+        plan.status, plan.head, plan.count = 416, H.render_unsatisfiable(entry.size, ka), 0
+        return True
+    else:
+        first, last = r
+        plan.status, plan.head = 206, H.render_partial(fh, first, last, ka)
+        plan.offset = first
+        plan.count = 0 if is_head else last - first + 1
+    return plan.count == 0 or entry.blob_path is not None
