@@ -53,7 +53,8 @@ class Server:
         host, port = config.listen
         self.listeners = create_listeners(host, port, config.listeners)
         self.address = self.listeners[0].getsockname()[:2]
-        self.sender_name, sender = load_sender(self.facts)
+        self.sender_name, sender = load_sender(
+            self.facts, None if config.sendfile == "auto" else config.sendfile)
         self.backend = select_backend(self.facts)
         cls = backend_class(self.backend)
         self.reactors, self.access_buffers = [], []

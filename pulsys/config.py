@@ -124,7 +124,8 @@ def _bool(text):
 
 
 def default_cache_dir(environ):
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    home = environ.get("HOME") or os.path.expanduser("~")
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     return os.path.join(base, "pulsys")
 
 
@@ -180,6 +181,9 @@ SETTINGS = (
             "threads that talk to upstream and write the cache", metavar="N"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
             "connect and read timeout for upstream requests", metavar="SECONDS"),
+    Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "portable")), "auto",
+            "how warm bodies are sent: auto, linux (MSG_MORE + sendfile), portable (pread + write)",
+            choices=("auto", "linux", "portable")),
     Setting("max_connections", "--max-connections", _int_range("--max-connections", 1, 1 << 20), "10000",
             "open client connections per reactor before new ones are refused", metavar="N"),
 )
@@ -203,6 +207,7 @@ class Config:
     listeners: int = 1
     fill_threads: int = 32
     upstream_timeout: float = 30.0
+    sendfile: str = "auto"
     max_connections: int = 10000
     extra: dict = field(default_factory=dict)
 

@@ -35,11 +35,11 @@ def parse_range(value, size):
             return UNSATISFIABLE
         return (max(0, size - n), size - 1)
     first = int(first_s)
-    last = int(last_s) if last_s else size - 1
-    if last < first:
+    if last_s and int(last_s) < first:
         return None
     if first >= size:
         return UNSATISFIABLE
+    last = int(last_s) if last_s else size - 1
     return (first, min(last, size - 1))
 
 

@@ -20,11 +20,14 @@ class Mailbox:
     def post(self, fn, arg):
         self._q.append((fn, arg))
         if not self._signalled:
-            self._signalled = True
-            try:
-                self._wsock.send(b"\0")
-            except (BlockingIOError, OSError):
-                pass
+            self._signal()
+
+    def _signal(self):
+        self._signalled = True
+        try:
+            self._wsock.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a full socket is already a pending wake-up
 
     def drain(self, cap=1024):
         """Run up to `cap` posted calls on the calling (reactor) thread. Returns count."""
@@ -41,13 +44,9 @@ class Mailbox:
             fn(arg)
             n += 1
         if q:
-            self.post(_noop, None)  # more work: make sure the loop comes back
+            self._signal()  # more work: make sure the loop comes back
         return n
 
     def close(self):
         self.rsock.close()
         self._wsock.close()
-
-
-def _noop(_):
-    pass

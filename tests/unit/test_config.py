@@ -1,0 +1,67 @@
+import subprocess
+import sys
+
+import pytest
+
+from pulsys.config import build_config
+from pulsys.errors import ConfigError
+
+
+def test_defaults():
+    c = build_config({}, {"HOME": "/home/u"})
+    assert c.listen == ("127.0.0.1", 8080)
+    assert c.upstream == "https://huggingface.co"
+    assert c.cache_dir == "/home/u/.cache/pulsys"
+    assert c.auth == "off" and c.revision_ttl == 60.0 and not c.offline
+
+
+def test_every_flag_has_an_env_var():
+    env = {"PULSYS_LISTEN": "0.0.0.0:9000", "PULSYS_UPSTREAM": "http://127.0.0.1:1/",
+           "PULSYS_CACHE_DIR": "/tmp/x", "PULSYS_HF_TOKEN": "hf_abc",
+           "PULSYS_ALLOW_UPSTREAM_HOST": "a.example:81, b.example", "PULSYS_PUBLIC_BASE_URL": "http://p:1",
+           "PULSYS_ADMIN_LISTEN": "off", "PULSYS_LOG_FORMAT": "json", "PULSYS_REVISION_TTL": "5",
+           "PULSYS_OFFLINE": "1", "PULSYS_ACCESS_LOG": "off", "PULSYS_LISTENERS": "2"}
+    c = build_config({}, env)
+    assert c.listen == ("0.0.0.0", 9000) and c.upstream == "http://127.0.0.1:1"
+    assert c.hf_token == "hf_abc" and c.allow_upstream_host == ("a.example:81", "b.example")
+    assert c.admin_listen is None and c.log_format == "json" and c.revision_ttl == 5.0
+    assert c.offline and not c.access_log and c.listeners == 2
+    assert "a.example:81" in c.allowed_redirect_hosts() and "cdn-lfs.hf.co" in c.allowed_redirect_hosts()
+
+
+def test_flags_override_env():
+    c = build_config({"listen": "127.0.0.1:1"}, {"PULSYS_LISTEN": "127.0.0.1:2"})
+    assert c.listen == ("127.0.0.1", 1)
+
+
+@pytest.mark.parametrize("values", [
+    {"listen": "nohostport"}, {"listen": "127.0.0.1:99999"}, {"upstream": "ftp://x"},
+    {"upstream": "notaurl"}, {"revision_ttl": "-1"}, {"revision_ttl": "soon"},
+    {"log_format": "xml"}, {"auth": "maybe"}, {"auth": "required"}, {"listeners": "0"},
+    {"allow_upstream_host": ["http://x/y"]}, {"offline": "perhaps"},
+])
+def test_bad_values_raise_config_error(values):
+    with pytest.raises(ConfigError):
+        build_config(values, {})
+
+
+@pytest.mark.parametrize("args", [["--listen", "x"], ["--bogus"], ["--auth", "required"],
+                                  ["--revision-ttl", "abc"]])
+def test_cli_bad_input_is_one_line_and_exit_2(args):
+    p = subprocess.run([sys.executable, "-m", "pulsys"] + args, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pulsys: error:"), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_bad_env_is_one_line_and_exit_2():
+    import os
+    env = dict(os.environ, PULSYS_LISTENERS="many")
+    p = subprocess.run([sys.executable, "-m", "pulsys"], capture_output=True, text=True, timeout=30, env=env)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--listeners" in p.stderr
+
+
+def test_cli_help_lists_env_vars():
+    p = subprocess.run([sys.executable, "-m", "pulsys", "--help"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "PULSYS_CACHE_DIR" in p.stdout and "--allow-upstream-host" in p.stdout

@@ -1,0 +1,89 @@
+from pulsys.cache.index import Index
+from pulsys.model.entry import CANNED, FILE, Entry
+from pulsys.model.request import RequestHead
+from pulsys.warm import WarmPlan, plan_warm
+
+SHA256 = "a" * 64
+COMMIT = "c" * 40
+
+
+def entry(blob="/blob", size=1000):
+    e = Entry(FILE, "k", size, SHA256, COMMIT, True, "sha256/" + SHA256, blob)
+    Index().publish(e)  # prepares heads
+    return e
+
+
+def head(method="GET", rng=None, inm=None, ka=True):
+    h = RequestHead()
+    h.method, h.range, h.if_none_match, h.keep_alive = method, rng, inm, ka
+    return h
+
+
+def plan(h, e):
+    p = WarmPlan()
+    ok = plan_warm(h, e, p)
+    return ok, p
+
+
+def test_full_get_has_hf_headers_and_the_whole_body():
+    ok, p = plan(head(), entry())
+    assert ok and p.status == 200 and (p.offset, p.count) == (0, 1000)
+    text = p.head.decode()
+    assert text.startswith("HTTP/1.1 200 OK\r\n") and text.endswith("\r\n\r\n")
+    for line in ("X-Repo-Commit: " + COMMIT, 'X-Linked-Etag: "%s"' % SHA256, "X-Linked-Size: 1000",
+                 'ETag: "%s"' % SHA256, "Content-Length: 1000", "Accept-Ranges: bytes",
+                 "Connection: keep-alive"):
+        assert line + "\r\n" in text
+
+
+def test_head_sends_no_body_but_the_same_length():
+    ok, p = plan(head("HEAD"), entry())
+    assert ok and p.count == 0 and b"Content-Length: 1000\r\n" in p.head
+
+
+def test_range_206_and_clamped_end():
+    ok, p = plan(head(rng="bytes=990-5000"), entry())
+    assert ok and p.status == 206 and (p.offset, p.count) == (990, 10)
+    assert b"Content-Range: bytes 990-999/1000\r\n" in p.head and b"Content-Length: 10\r\n" in p.head
+
+
+def test_zero_zero_range_gives_size():
+    ok, p = plan(head(rng="bytes=0-0"), entry())
+    assert p.status == 206 and p.count == 1 and b"bytes 0-0/1000" in p.head
+
+
+def test_416_unsatisfiable():
+    ok, p = plan(head(rng="bytes=1000-"), entry())
+    assert ok and p.status == 416 and p.count == 0 and b"Content-Range: bytes */1000\r\n" in p.head
+
+
+def test_if_none_match_304_wins_over_range():
+    ok, p = plan(head(rng="bytes=0-1", inm='"%s"' % SHA256), entry())
+    assert ok and p.status == 304 and p.count == 0 and b"Content-Length" not in p.head
+
+
+def test_connection_close_variant():
+    ok, p = plan(head(ka=False), entry())
+    assert p.head.endswith(b"Connection: close\r\n\r\n")
+
+
+def test_get_without_blob_is_a_miss_but_head_is_answered():
+    assert plan(head(), entry(blob=None))[0] is False
+    assert plan(head("HEAD"), entry(blob=None))[0] is True
+
+
+def test_canned_redirect_kept_verbatim_and_head_has_no_body():
+    e = Entry(CANNED, "k", status=307, headers=(("Location", "/api/resolve-cache/x?a=%2F&b="),), body=b"")
+    ok, p = plan(head(), e)
+    assert ok and p.status == 307 and b"Location: /api/resolve-cache/x?a=%2F&b=\r\n" in p.head
+    e2 = Entry(CANNED, "k", status=404, headers=(("X-Error-Code", "EntryNotFound"),), body=b"{}")
+    ok, p = plan(head("HEAD"), e2)
+    assert p.body == b"" and b"Content-Length: 2\r\n" in p.head
+    ok, p = plan(head(), e2)
+    assert p.body == b"{}"
+
+
+def test_header_values_from_upstream_cannot_inject_lines():
+    e = Entry(CANNED, "k", status=307, headers=(("Location", "/x\r\nSet-Cookie: a=b"),))
+    ok, p = plan(head(), e)
+    assert b"\r\nSet-Cookie" not in p.head
