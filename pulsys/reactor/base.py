@@ -17,7 +17,8 @@ import time
 from pulsys import metrics as M
 from pulsys.cache.inflight import DONE, FAILED
 from pulsys.errors import ProtocolError
-from pulsys.http1.heads import error_response, render_canned
+from pulsys.http1.heads import error_response, prepare, render_canned
+from pulsys.log import get_logger
 from pulsys.http1.parse import parse_request_head
 from pulsys.model import target as T
 from pulsys.model.entry import FILE
@@ -55,6 +56,7 @@ class ReactorBase:
         self.send_timeout = send_timeout
         self.conns = {}
         self.now = time.monotonic()
+        self.log = get_logger("reactor")
 
     # -- state machine -------------------------------------------------------
 
@@ -180,7 +182,15 @@ class ReactorBase:
         conn, gen, r = arg
         if conn.gen != gen or conn.state != WAIT_JOB:
             return
+        try:
+            self._answer(conn, r)
+        except Exception:
+            self.internal_error(conn)
+
+    def _answer(self, conn, r):
         head = conn.head
+        if r.entry.kind == FILE and r.entry.heads is None:
+            prepare(r.entry)
         ok = plan_warm(head, r.entry, conn.plan)
         if not ok and r.fill is None:
             self._respond(conn, head, 503, error_response(503, "cached body vanished; retry", False), True)
@@ -230,7 +240,22 @@ class ReactorBase:
         conn, gen = arg
         if conn.gen == gen and conn.state == WAIT_FILL:
             conn.state = SEND
-            self.advance(conn)
+            try:
+                self.advance(conn)
+            except Exception:
+                self.internal_error(conn)
+
+    def internal_error(self, conn):
+        """A bug while handling one connection: log it once with context, count it, and
+        close that connection only. Connection state is per-connection, so the other
+        connections of this reactor are unaffected (docs/decisions/0003)."""
+        self.counters[M.INTERNAL_ERRORS] += 1
+        self.log.exception("internal error while serving a connection",
+                           target=conn.head.target if conn.head is not None else None)
+        try:
+            self.close(conn)
+        except Exception:
+            self.log.exception("closing after an internal error failed")
 
     # -- sending ---------------------------------------------------------------
 

@@ -80,7 +80,10 @@ class SelectorReactor(ReactorBase):
                     elif d is _WAKE:
                         drain()
                     else:
-                        advance(d)
+                        try:
+                            advance(d)
+                        except Exception:
+                            self.internal_error(d)
                 if now >= next_sweep:
                     self.sweep()
                     next_sweep = now + 1.0

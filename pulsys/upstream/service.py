@@ -20,7 +20,7 @@ import requests
 
 from pulsys import metrics as M
 from pulsys.errors import CacheCorrupt, UpstreamError
-from pulsys.http1.heads import error_response
+from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
 from pulsys.model import target as T
 from pulsys.model.entry import CANNED, FILE, Entry
@@ -218,6 +218,7 @@ class Upstream:
         entry = Entry(FILE, target_key(t, commit) if commit else target_key(t), size, etag, commit,
                       lfs, blob_id, None, ctype, h.get("Content-Disposition", "") if st == 200 else "",
                       expires=self._expires(bool(commit)))
+        prepare(entry)
         if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
             if resp is not None:
                 resp.close()
