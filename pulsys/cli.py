@@ -32,7 +32,8 @@ def make_parser():
         elif s.kind == "multi":
             p.add_argument(s.flag, dest=s.name, action="append", default=None, metavar=s.metavar, help=helptext)
         else:
-            p.add_argument(s.flag, dest=s.name, default=None, metavar=s.metavar or s.name.upper(),
+            p.add_argument(s.flag, dest=s.name, default=None,
+                           metavar=s.metavar or ("{%s}" % ",".join(s.choices) if s.choices else s.name.upper()),
                            help=helptext)
     return p
 

@@ -113,9 +113,14 @@ def main(argv=None):
     print("export HF_ENDPOINT=%s" % hub.url)
     print("# run pulsys in front of it:")
     print("--upstream %s --allow-upstream-host %s" % (hub.url, hub.cdn_netloc), flush=True)
+    print("# a line follows whenever file bodies are sent (a warm pulsys causes none)", flush=True)
+    last = (0, 0)
     try:
         while not stop.wait(0.5):
-            pass
+            now = (hub.count(), hub.total_body_bytes())
+            if now != last:
+                print("requests so far: %d   file body bytes sent so far: %d" % now, flush=True)
+                last = now
     finally:
         hub.stop()
     return 0

@@ -31,7 +31,10 @@ class Index:
     def lookup(self, t, now):
         """Fresh Entry for a RESOLVE target, or None (miss or stale)."""
         entries = self.entries
-        e = entries.get(target_key(t))
+        k = t.key
+        if k is None:
+            k = t.key = target_key(t)
+        e = entries.get(k)
         if e is not None and (e.expires == 0 or e.expires > now):
             return e
         if T.is_commit(t.rev):

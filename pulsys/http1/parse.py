@@ -8,10 +8,14 @@ Contract:
     It raises nothing else, whatever the bytes (tests/fuzz proves it with Hypothesis).
   * Bytes after the head (a body, a pipelined request) are never looked at; `head_len`
     says where they start: `start + head.head_len`.
-  * Errors are raised as early as the bytes allow: an invalid request-line or header-line
-    prefix, a request line over MAX_REQUEST_LINE (414) or a head over MAX_HEAD_BYTES (431)
-    raise before the terminator arrives. Every check looks at a prefix in byte order, so
-    feeding a head in any split gives the same outcome as feeding it whole.
+  * Errors are raised before the terminator arrives where the bytes allow it: a request
+    line over MAX_REQUEST_LINE (414), a head over MAX_HEAD_BYTES (431), and any invalid
+    prefix of the request line or header lines while the incomplete head is at most
+    _EAGER_BYTES long (longer incomplete heads are rechecked only at a limit, so a client
+    dripping bytes cannot make every call rescan kilobytes). Every early error is one the
+    complete head fails with the same status, so any split gives the whole input's outcome.
+  * At most MAX_EMPTY_LINES empty lines before the request line are skipped (RFC 9112
+    §2.2) and counted in head_len; one more reads as an empty request line → 400.
   * Strict where leniency enables request smuggling: CRLF only (no bare CR or LF), no
     obs-fold, no whitespace before ":", one Content-Length of plain digits, no
     Transfer-Encoding at all (this server takes no chunked bodies), one Host.
@@ -122,8 +126,8 @@ def parse_request_head(buf, start, end):
 
     # Incomplete heads: checking what has arrived costs O(its length) per call, so it is
     # done while the head is short (_EAGER_BYTES) and once more at a limit, never in
-    # between: a client dripping bytes cannot make each call rescan kilobytes. Every check
-    # is one the complete head would fail the same way, so splits never change the outcome.
+    # between. Either way the request line is judged before the header lines, as for a
+    # complete head, and a limit only after both: splits never change the outcome.
     rl_stop = s + MAX_REQUEST_LINE + 2
     if rl_stop > stop:
         rl_stop = stop

@@ -22,7 +22,7 @@ URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 
 class Target:
     __slots__ = ("kind", "rtype", "repo", "rev", "path", "query", "upstream_path",
-                 "status", "message")
+                 "status", "message", "key")
 
     def __init__(self, kind, rtype="", repo="", rev="", path="", query="", upstream_path="",
                  status=0, message=""):
@@ -35,6 +35,7 @@ class Target:
         self.upstream_path = upstream_path  # percent-encoded path to ask upstream for
         self.status = status          # REJECT only
         self.message = message        # REJECT only
+        self.key = None               # cache key, filled in by the first index lookup
 
     def __repr__(self):
         return "Target(%s %s %s@%s %r)" % (KIND_NAMES.get(self.kind), self.rtype, self.repo,

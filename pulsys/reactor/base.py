@@ -27,6 +27,7 @@ from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, WAIT_FILL, WAIT_J
 from pulsys.route import route
 from pulsys.warm import plan_warm
 
+ROUTE_MEMO = 1 << 16       # distinct GET/HEAD targets remembered per reactor
 MAX_BODY = 1 << 20          # POST paths-info bodies are a few KiB; refuse more than 1 MiB
 BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
@@ -55,6 +56,7 @@ class ReactorBase:
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
         self.conns = {}
+        self.routes = {}   # request-target -> Target for GET/HEAD: route() is pure
         self.now = time.monotonic()
         self.log = get_logger("reactor")
 
@@ -148,7 +150,14 @@ class ReactorBase:
         conn.head = head
         conn.t0 = time.monotonic()
         conn.close_after = not head.keep_alive
-        t = route(head)
+        t = None
+        memo = head.method == "GET" or head.method == "HEAD"
+        if memo:
+            t = self.routes.get(head.target)
+        if t is None:
+            t = route(head)
+            if memo and len(self.routes) < ROUTE_MEMO:
+                self.routes[head.target] = t
         kind = t.kind
         if kind == T.RESOLVE:
             e = self.index.lookup(t, conn.t0)

@@ -1,0 +1,124 @@
+"""Warm-hit throughput of pulsys variants, side by side in one run.
+
+Starts the fake Hub, then for each round and each variant starts pulsys (pinned to
+CPU 0) with that variant's flags, warms the files once, and runs wrk (pinned to the
+other CPU) against one warm file per size. Rounds interleave variants so a noisy
+machine slows them alike; the report is the median req/s and the ratio to the first
+variant. Installs nothing: needs `wrk` on PATH (Debian package `wrk`).
+
+    python scripts/bench_warm.py --sizes 4096 --connections 16 --duration 5 --rounds 3 \
+        --variant access_log_on= --variant access_log_off=--access-log=off
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+from provenance import provenance, write_result  # noqa: E402
+
+from pulsys.testing.fake_hub import FakeHub  # noqa: E402
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def pin(cpu):
+    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+
+
+def start_pulsys(hub, cache, flags):
+    port, admin = free_port(), free_port()
+    cmd = pin(0) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
+                    "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
+                    "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
+                    "--log-level", "warning"] + flags
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=1).read()
+            return p, "http://127.0.0.1:%d" % port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("bench_warm: pulsys did not start with flags %s" % flags)
+
+
+def wrk(url, connections, duration):
+    cmd = pin(1) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % duration, "--latency", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
+    return rps, lat.get("50"), lat.get("99")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="4096")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=FLAGS (FLAGS space-separated pulsys flags, may be empty)")
+    ap.add_argument("--name", default="warm", help="results file name prefix")
+    a = ap.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
+    variants = []
+    for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
+        name, _, flags = v.partition("=")
+        variants.append((name, flags.split()))
+    sizes = [int(x) for x in a.sizes.split(",")]
+    hub = FakeHub(record_requests=False).start()
+    files = {"f%d.bin" % s: os.urandom(s) for s in sizes}
+    hub.add_repo("bench/warm", files=files, lfs=set(files))
+    rows = {(n, s): [] for n, _ in variants for s in sizes}
+    try:
+        for _ in range(a.rounds):
+            for name, flags in variants:
+                with tempfile.TemporaryDirectory() as cache:
+                    p, url = start_pulsys(hub, cache, flags)
+                    try:
+                        for s in sizes:
+                            u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
+                            urllib.request.urlopen(u).read()
+                            rows[(name, s)].append(wrk(u, a.connections, a.duration))
+                    finally:
+                        p.terminate()
+                        p.wait(10)
+    finally:
+        hub.stop()
+    results = []
+    for s in sizes:
+        base = statistics.median(r[0] for r in rows[(variants[0][0], s)])
+        for name, flags in variants:
+            rps = [r[0] for r in rows[(name, s)]]
+            med = statistics.median(rps)
+            results.append({"variant": name, "flags": flags, "size": s, "median_req_per_s": round(med),
+                            "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
+                            "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]]})
+            print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s" % (name, s, med, med / base,
+                                                                  [round(x) for x in rps]))
+    doc = provenance(benchmark=a.name, backend="selector", load="wrk -t1 -c%d -d%ds" % (a.connections, a.duration),
+                     pinning="pulsys CPU 0, wrk CPU 1", listeners=1, rounds=a.rounds, results=results)
+    print("wrote", write_result("%s.json" % a.name, doc))
+
+
+if __name__ == "__main__":
+    main()
