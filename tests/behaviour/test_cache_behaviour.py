@@ -259,3 +259,36 @@ def test_client_token_is_never_forwarded_and_server_token_is_used(make_server):
         assert all("authorization" not in rec.headers for rec in hub.requests if rec.server == "cdn")
     finally:
         hub.stop()
+
+
+def test_upstream_is_asked_for_identity_and_clients_get_raw_bytes(hub, repo, make_server):
+    srv = make_server(hub)
+    loc = get(srv, "/org/m/resolve/main/config.json", allow_redirects=False).headers["Location"]
+    r = get(srv, loc, headers={"Accept-Encoding": "gzip, deflate"})
+    assert r.content == CONFIG and "Content-Encoding" not in r.headers
+    assert r.headers["Content-Length"] == str(len(CONFIG))
+    ups = [rec for rec in hub.requests if rec.server == "hub"]
+    assert ups and all(rec.headers.get("accept-encoding") == "identity" for rec in ups)
+
+
+@pytest.mark.parametrize("rtype,prefix,repo_id", [
+    ("dataset", "/datasets", "org/ds"), ("space", "/spaces", "org/sp"), ("model", "", "gpt2"),
+    ("dataset", "/datasets", "squad"),
+])
+def test_repo_types_and_one_segment_ids(hub, make_server, rtype, prefix, repo_id):
+    body = os.urandom(300000)
+    commit = hub.add_repo(repo_id, repo_type=rtype, files={"data/part.parquet": body})
+    srv = make_server(hub)
+    r = get(srv, "%s/%s/resolve/main/data/part.parquet" % (prefix, repo_id))
+    assert r.status_code == 200 and r.content == body and r.headers["X-Repo-Commit"] == commit
+    info = get(srv, "/api/%ss/%s/revision/main" % (rtype, repo_id)).json()
+    assert info["sha"] == commit
+
+
+def test_percent_encoded_pr_revision(hub, repo, make_server):
+    body = os.urandom(200000)
+    pr = hub.commit("org/m", files={"model.safetensors": body}, branch="refs/pr/1")
+    srv = make_server(hub)
+    r = get(srv, "/org/m/resolve/refs%2Fpr%2F1/model.safetensors")
+    assert r.status_code == 200 and r.content == body and r.headers["X-Repo-Commit"] == pr
+    assert get(srv, "/org/m/resolve/main/model.safetensors").content == LFS_BODY
