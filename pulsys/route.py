@@ -87,8 +87,9 @@ def _route_resolve_cache(segs, raw_path, query):
                 return _reject(400, "path is not valid UTF-8 after percent-decoding")
             if repo is None or path is None:
                 return _reject(400, "bad repository or file path")
-            return T.Target(T.RESOLVE, rtype, "/".join(repo), rest[n], "/".join(path), query,
-                            raw_path)
+            t = T.Target(T.RESOLVE, rtype, "/".join(repo), rest[n], "/".join(path), query, raw_path)
+            t.body_url = True
+            return t
     return _reject(404, "unknown resolve-cache URL")
 
 

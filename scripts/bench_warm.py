@@ -48,7 +48,7 @@ def start_pulsys(hub, cache, flags):
     cmd = pin(0) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
-                    "--log-level", "warning"] + flags
+                    "--log-format", "json"] + flags
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:

@@ -36,18 +36,26 @@ class Index:
             k = t.key = target_key(t)
         e = entries.get(k)
         if e is not None and (e.expires == 0 or e.expires > now):
+            if t.body_url and e.kind != FILE and 300 <= e.status < 400:
+                return None   # /resolve/<commit>/f may redirect here; this URL must not loop
             return e
-        if T.is_commit(t.rev):
-            return None
-        r = self.revs.get(rev_key(t.rtype, t.repo, t.rev))
+        rk = t.rkey
+        if rk is None:
+            if T.is_commit(t.rev):
+                return None
+            rk = t.rkey = rev_key(t.rtype, t.repo, t.rev)
+        r = self.revs.get(rk)
         if r is None or r.expires <= now:
             return None
-        return entries.get(target_key(t, r.commit))
+        ck = t.ckey
+        if ck is None or ck[0] != r.commit:
+            ck = t.ckey = (r.commit, target_key(t, r.commit))
+        return entries.get(ck[1])
 
     def lookup_stale(self, t):
         """Best Entry regardless of age (offline fallback), or None."""
         e = self.entries.get(target_key(t))
-        if e is not None:
+        if e is not None and not (t.body_url and e.kind != FILE and 300 <= e.status < 400):
             return e
         r = self.revs.get(rev_key(t.rtype, t.repo, t.rev))
         if r is None:

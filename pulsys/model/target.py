@@ -22,7 +22,7 @@ URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 
 class Target:
     __slots__ = ("kind", "rtype", "repo", "rev", "path", "query", "upstream_path",
-                 "status", "message", "key")
+                 "status", "message", "key", "rkey", "ckey", "body_url")
 
     def __init__(self, kind, rtype="", repo="", rev="", path="", query="", upstream_path="",
                  status=0, message=""):
@@ -35,7 +35,10 @@ class Target:
         self.upstream_path = upstream_path  # percent-encoded path to ask upstream for
         self.status = status          # REJECT only
         self.message = message        # REJECT only
+        self.body_url = False         # RESOLVE via /api/resolve-cache/: a body URL, never a redirect
         self.key = None               # cache key, filled in by the first index lookup
+        self.rkey = None              # revision-mapping key, likewise
+        self.ckey = None              # (commit, cache key at that commit), likewise
 
     def __repr__(self):
         return "Target(%s %s %s@%s %r)" % (KIND_NAMES.get(self.kind), self.rtype, self.repo,

@@ -34,8 +34,10 @@ _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 _LOCAL = {
     "healthz": ((("Content-Type", "text/plain"),), b"ok\n"),
-    # huggingface_hub 2.x asks once a day and ignores failures (hf-protocol.md §2.1 row 0)
-    "agent-harnesses": ((("Content-Type", "application/json"),), b"[]"),
+    # huggingface_hub 2.x asks once a day; the `hf` CLI (2.4) reads it as a dict at import
+    # and crashes on anything else, so answer locally with an empty document
+    "agent-harnesses": ((("Content-Type", "application/json"),),
+                        b'{"standardEnvVars":[],"harnesses":{}}'),
 }
 
 
@@ -91,6 +93,8 @@ class ReactorBase:
 
     def _read_request(self, conn):
         """Parse and dispatch one request. False when the connection must wait or closed."""
+        if conn.rstart == conn.rend:
+            return self._recv(conn)
         try:
             head = parse_request_head(conn.rbuf, conn.rstart, conn.rend)
         except ProtocolError as e:

@@ -31,12 +31,16 @@ class Mailbox:
 
     def drain(self, cap=1024):
         """Run up to `cap` posted calls on the calling (reactor) thread. Returns count."""
-        self._signalled = False
+        # Consume wake-up bytes first, then clear the flag, then run the queue: a post
+        # that lands after the clear signals again; one that landed before it is
+        # already in the queue. (Clearing before consuming can swallow the byte of a
+        # post whose flag then stays set with nothing pending: a lost wake-up.)
         try:
             while self.rsock.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        self._signalled = False
         q = self._q
         n = 0
         while q and n < cap:

@@ -238,7 +238,8 @@ class HubHandler(FakeHandler):
         elif head in TYPE_SEGMENTS and len(segs) > 1:
             self.route_repo_api(head[:-1], segs[1:])
         elif self.raw_path == "/api/agent-harnesses" and self.command in ("GET", "HEAD"):
-            self.send_json(200, [])
+            # huggingface_hub 2.4's `hf` CLI reads .get() on this document at import
+            self.send_json(200, {"standardEnvVars": [], "harnesses": {}})
         elif self.raw_path == "/api/whoami-v2" and self.command in ("GET", "HEAD"):
             self.whoami()
         elif head == "telemetry":

@@ -231,6 +231,14 @@ class Upstream:
             self._publish(entry)
             return job.reply(Reply(entry, None, "miss"))
         fill, created = self.inflight.join_or_create(blob_id, size, self.store.new_part_path)
+        if created and self.store.has_blob(blob_id):
+            # another fill committed this blob between our check and our creation
+            self.inflight.done(fill)
+            if resp is not None:
+                resp.close()
+            entry = entry.with_blob(self.store.blob_path(blob_id))
+            self._publish(entry)
+            return job.reply(Reply(entry, None, "hit-blob"))
         if not created:
             if resp is not None:
                 resp.close()

@@ -243,7 +243,7 @@ def test_redirect_to_a_host_not_allowed_is_refused(hub, repo, make_server):
 def test_agent_harnesses_answered_locally(hub, make_server):
     srv = make_server(hub)
     r = get(srv, "/api/agent-harnesses")
-    assert r.status_code == 200 and r.json() == [] and hub.count() == 0
+    assert r.status_code == 200 and isinstance(r.json(), dict) and hub.count() == 0
 
 
 def test_client_token_is_never_forwarded_and_server_token_is_used(make_server):
@@ -292,3 +292,21 @@ def test_percent_encoded_pr_revision(hub, repo, make_server):
     r = get(srv, "/org/m/resolve/refs%2Fpr%2F1/model.safetensors")
     assert r.status_code == 200 and r.content == body and r.headers["X-Repo-Commit"] == pr
     assert get(srv, "/org/m/resolve/main/model.safetensors").content == LFS_BODY
+
+
+def test_resolve_at_a_commit_then_its_resolve_cache_url_never_loops(hub, repo, make_server):
+    srv = make_server(hub)
+    for method in ("HEAD", "GET"):
+        r = requests.request(method, srv.url + "/org/m/resolve/%s/config.json" % repo,
+                             allow_redirects=False, timeout=10)
+        if r.status_code == 307:
+            r = requests.request(method, srv.url + r.headers["Location"], allow_redirects=False, timeout=10)
+        assert r.status_code == 200 and r.headers["ETag"] == '"%s"' % git_blob_sha1(CONFIG)
+    r = get(srv, "/org/m/resolve/%s/config.json" % repo)
+    assert r.content == CONFIG and len(r.history) <= 1
+
+
+def test_agent_harnesses_is_a_document_the_hf_cli_can_read(hub, make_server):
+    srv = make_server(hub)
+    doc = get(srv, "/api/agent-harnesses").json()
+    assert isinstance(doc, dict) and doc.get("harnesses") == {}

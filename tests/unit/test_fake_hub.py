@@ -275,7 +275,7 @@ def test_model_info_follows_revisions(hub):
 
 
 def test_misc_api_routes(hub):
-    assert url_path(hub, "/api/agent-harnesses").json() == []
+    assert url_path(hub, "/api/agent-harnesses").json() == {"standardEnvVars": [], "harnesses": {}}
     assert url_path(hub, "/api/whoami-v2").status_code == 401
     assert url_path(hub, "/api/whoami-v2", headers={"Authorization": "Bearer " + TOKEN}).status_code == 200
     assert url_path(hub, "/api/unknown/thing").status_code == 404
@@ -434,12 +434,12 @@ def test_keep_alive_then_connection_close(hub):
         request = "GET /api/agent-harnesses HTTP/1.1\r\nHost: x\r\n\r\n"
         s.sendall((request * 2).encode())  # pipelined on one connection
         data = b""
-        while data.count(b"\r\n\r\n[]") < 2:
+        while data.count(b'"harnesses"') < 2:
             data += s.recv(4096)
         s.sendall(b"GET /api/agent-harnesses HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         while chunk := s.recv(4096):
             data += chunk
-    assert data.count(b"HTTP/1.1 200") == 3 and data.endswith(b"[]")
+    assert data.count(b"HTTP/1.1 200") == 3 and data.endswith(b"}")
 
 
 def test_stop_ends_idle_connections_and_hangs_and_is_idempotent():

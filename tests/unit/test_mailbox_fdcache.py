@@ -54,3 +54,46 @@ def test_fdcache_reuses_and_closes_evicted_fds_after_release(tmp_path):
     fc.release(paths[1], fd1)
     fc.release(paths[2], fd2)
     fc.close_all()
+
+
+def test_no_wakeup_is_lost_under_concurrent_posts():
+    """The reactor drains only when the wake-up socket is readable; if a post could
+    leave items queued with no byte pending, the loop below would time out."""
+    import selectors
+    mb = Mailbox()
+    sel = selectors.DefaultSelector()
+    sel.register(mb.rsock, selectors.EVENT_READ)
+    total, done = 4 * 8000, []
+    lost = []
+
+    def reactor():
+        while len(done) < total:
+            if not sel.select(2.0):
+                lost.append(len(done))
+                return
+            mb.drain(cap=7)
+
+    def poster():
+        for i in range(8000):
+            mb.post(done.append, i)
+            if i % 64 == 0:
+                time.sleep(0)
+    import sys
+    import time
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # switch threads as often as possible to expose races
+    try:
+        rt = threading.Thread(target=reactor)
+        rt.start()
+        ps = [threading.Thread(target=poster) for _ in range(4)]
+        for p in ps:
+            p.start()
+        for p in ps:
+            p.join()
+        rt.join(30)
+    finally:
+        sys.setswitchinterval(old)
+    sel.close()
+    mb.close()
+    assert not lost, "wake-up lost with %d of %d delivered" % (lost[0], total)
+    assert len(done) == total
