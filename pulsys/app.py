@@ -59,7 +59,7 @@ class Server:
         cls = backend_class(self.backend)
         self.reactors, self.access_buffers = [], []
         for lst in self.listeners:
-            access = AccessLog() if config.access_log else None
+            access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
             if access is not None:
                 self.access_buffers.append(access)
             self.reactors.append(cls(lst, self.index, self.pool.submit, Mailbox(), sender, FdCache(),
@@ -67,7 +67,8 @@ class Server:
         self.admin = None
         if config.admin_listen:
             self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars)
-        self.access_writer = AccessLogWriter(self.access_buffers) if self.access_buffers else None
+        self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
+                              if self.access_buffers else None)
         self._stop = threading.Event()
         self.failed = False
         self.threads = []

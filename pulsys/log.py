@@ -6,9 +6,11 @@ background thread drains into log events (docs/internals.md has the measured cos
 """
 
 import collections
+import json
 import logging
 import sys
 import threading
+import time
 
 import structlog
 
@@ -38,36 +40,79 @@ def get_logger(component):
 
 
 class AccessLog:
-    """Per-reactor buffer of (t0, method, target, status, bytes, outcome, seconds)."""
+    """Per-reactor buffer of (t0, method, target, status, bytes, outcome, seconds).
+
+    The reactor appends one tuple per request (t0 on the monotonic clock); nothing is
+    formatted on the reactor thread. If the writer falls behind by more than `maxlen`
+    records the oldest are dropped, never the reactor slowed."""
 
     __slots__ = ("buf", "append")
 
-    def __init__(self):
-        self.buf = collections.deque(maxlen=1 << 16)
+    def __init__(self, maxlen=1 << 17):
+        self.buf = collections.deque(maxlen=maxlen)
         self.append = self.buf.append
 
 
+_JSON_LINE = ('{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","duration_ms":%.3f,'
+              '"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n')
+_CONSOLE_LINE = ("%s.%06dZ [info     ] request                        bytes=%d cache=%s "
+                 "component=access duration_ms=%.3f method=%s path=%s status=%d\n")
+
+
 class AccessLogWriter(threading.Thread):
-    def __init__(self, buffers, interval=0.25):
+    """Drains every reactor's AccessLog into the log stream every `interval` seconds.
+
+    Access events bypass structlog's processor chain: one %-format per record (C code)
+    and one write per slice, in the same keys and order the structlog renderers use.
+    Measured in results/<machine>/access_log.json: the per-event structlog path halved
+    4 KiB warm throughput on a 2-CPU machine; this path is the one benchmarked."""
+
+    SLICE = 512
+
+    def __init__(self, buffers, fmt="console", stream=None, interval=0.25):
         super().__init__(name="pulsys-access-log", daemon=True)
         self.buffers = buffers
         self.interval = interval
+        self.stream = stream or sys.stderr
+        self.json = fmt == "json"
         self._halt = threading.Event()
-        self.log = get_logger("access")
+        self._sec = None
+        self._sec_text = ""
 
     def run(self):
         while not self._halt.wait(self.interval):
             self.flush()
         self.flush()
 
+    def _stamp(self, wall):
+        sec = int(wall)
+        if sec != self._sec:
+            self._sec = sec
+            self._sec_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        return self._sec_text, int((wall - sec) * 1e6)
+
     def flush(self):
-        info = self.log.info
+        offset = time.time() - time.monotonic()
+        dumps, stamp, out = json.dumps, self._stamp, []
         for b in self.buffers:
             buf = b.buf
             while buf:
-                t0, method, target, status, nbytes, outcome, seconds = buf.popleft()
-                info("request", method=method, path=target, status=status, bytes=nbytes,
-                     cache=outcome, duration_ms=round(seconds * 1000, 3))
+                for _ in range(min(len(buf), self.SLICE)):
+                    t0, method, target, status, nbytes, outcome, seconds = buf.popleft()
+                    ts, us = stamp(t0 + offset)
+                    if self.json:
+                        out.append(_JSON_LINE % (method, dumps(target), status, nbytes, outcome,
+                                                 seconds * 1000, ts, us))
+                    else:
+                        out.append(_CONSOLE_LINE % (ts, us, nbytes, outcome, seconds * 1000,
+                                                    method, target if target.isprintable() else repr(target),
+                                                    status))
+                self.stream.write("".join(out))
+                out.clear()
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def stop(self):
         self._halt.set()

@@ -1,0 +1,37 @@
+import io
+import json
+import time
+
+from pulsys.log import AccessLog, AccessLogWriter
+
+
+def test_json_access_lines_parse_and_carry_every_field():
+    a = AccessLog()
+    t0 = time.monotonic()
+    a.append((t0, "GET", '/o/n/resolve/main/"q"\\x', 206, 1000, "hit", 0.00025))
+    a.append((t0, "HEAD", "/o/n/resolve/main/f", 200, 400, "miss", 0.01))
+    out = io.StringIO()
+    AccessLogWriter([a], "json", out).flush()
+    lines = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert [l["method"] for l in lines] == ["GET", "HEAD"]
+    assert lines[0]["path"] == '/o/n/resolve/main/"q"\\x' and lines[0]["status"] == 206
+    assert lines[0]["bytes"] == 1000 and lines[0]["cache"] == "hit" and lines[0]["duration_ms"] == 0.25
+    assert lines[0]["event"] == "request" and lines[0]["timestamp"].endswith("Z")
+    assert abs(time.mktime(time.strptime(lines[0]["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
+               - time.mktime(time.gmtime())) < 5
+    assert not a.buf
+
+
+def test_console_lines_escape_control_characters_in_paths():
+    a = AccessLog()
+    a.append((time.monotonic(), "GET", "/x\n/y", 400, 10, "error", 0.0))
+    out = io.StringIO()
+    AccessLogWriter([a], "console", out).flush()
+    assert out.getvalue().count("\n") == 1 and "path='/x\\n/y'" in out.getvalue()
+
+
+def test_buffer_is_bounded():
+    a = AccessLog(maxlen=3)
+    for i in range(10):
+        a.append((0.0, "GET", "/%d" % i, 200, 0, "hit", 0.0))
+    assert [r[2] for r in a.buf] == ["/7", "/8", "/9"]
