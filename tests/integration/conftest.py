@@ -316,6 +316,12 @@ MODEL = "acme/tiny-model"
 DATASET = "acme/tiny-dataset"
 BIG = "acme/big-model"
 GATED = "acme/gated-model"
+# error cases: (repo, file, exception class name the client must raise)
+ERROR_CASES = {
+    "missing-file": (MODEL, "no-such-file.json", "EntryNotFoundError"),
+    "missing-repo": ("acme/no-such-repo", "config.json", "RepositoryNotFoundError"),
+    "gated": (GATED, "config.json", "GatedRepoError"),
+}
 REVS = "acme/revisions"
 BIG_FILE = "pytorch_model.bin"
 BIG_SIZE = 60 * 1024 * 1024 + 4321  # > 50 MiB: 0.x hands it to hf_transfer; not a multiple of its 10 MiB chunks

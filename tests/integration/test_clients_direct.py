@@ -15,7 +15,7 @@ import hashlib
 import pytest
 
 from .clients import client_env, json_out, run_cli, run_client, sha256_tree
-from .conftest import BIG, BIG_FILE, BIG_SIZE, DATASET, GATED, MODEL, REV_PR, REV_V1, REV_V3, REVS, populate, \
+from .conftest import BIG, BIG_FILE, BIG_SIZE, DATASET, ERROR_CASES, GATED, MODEL, REV_PR, REV_V1, REV_V3, REVS, populate, \
     xet_requests
 
 pytestmark = pytest.mark.clients
@@ -174,11 +174,7 @@ def test_legacy_hf_transfer_big_lfs_file(legacy_venv, http_hub, new_hf_home):
 def test_errors_map_to_client_exceptions(client, case, request, http_hub, new_hf_home):
     hub, _ = http_hub
     venv = request.getfixturevalue(client + "_venv")
-    repo, name, want = {
-        "missing-file": (MODEL, "no-such-file.json", "EntryNotFoundError"),
-        "missing-repo": ("acme/no-such-repo", "config.json", "RepositoryNotFoundError"),
-        "gated": (GATED, "config.json", "GatedRepoError"),
-    }[case]
+    repo, name, want = ERROR_CASES[case]
     out = _download(venv, hub, new_hf_home(), repo, name, check=False)
     assert "error" in out, out
     assert want in out["error_mro"], out

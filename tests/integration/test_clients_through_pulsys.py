@@ -24,7 +24,7 @@ import hashlib
 import pytest
 
 from .clients import client_env, json_out, run_cli, run_client, sha256_tree
-from .conftest import BIG, BIG_FILE, BIG_SIZE, DATASET, GATED, MODEL, REV_PR, REV_V1, REV_V3, REVS, populate, \
+from .conftest import BIG, BIG_FILE, BIG_SIZE, DATASET, ERROR_CASES, GATED, MODEL, REV_PR, REV_V1, REV_V3, REVS, populate, \
     xet_requests
 
 pytestmark = pytest.mark.clients
@@ -309,11 +309,7 @@ def test_symbolic_and_sha_revisions(client, request, proxy, hub, corpus, new_hf_
 @pytest.mark.parametrize("case", ["missing-file", "missing-repo", "gated"])
 def test_errors_through_pulsys(client, case, request, proxy, hub, new_hf_home):
     venv = request.getfixturevalue(client + "_venv")
-    repo, name, want = {
-        "missing-file": (MODEL, "no-such-file.json", "EntryNotFoundError"),
-        "missing-repo": ("acme/no-such-repo", "config.json", "RepositoryNotFoundError"),
-        "gated": (GATED, "config.json", "GatedRepoError"),
-    }[case]
+    repo, name, want = ERROR_CASES[case]
     out = download(venv, proxy, new_hf_home(), repo, name, check=False)
     assert "error" in out, out
     # LocalEntryNotFoundError would mean the client never got a usable answer (network error,
