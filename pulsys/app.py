@@ -14,6 +14,7 @@ from pulsys.admin.server import AdminServer
 from pulsys.cache.index import Index
 from pulsys.cache.inflight import Inflight
 from pulsys.cache.store import Store
+from pulsys.errors import BackendUnavailable
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
 from pulsys.platform import PlatformFacts, load_sender
 from pulsys.reactor import backend_class, select_backend
@@ -55,7 +56,7 @@ class Server:
         self.address = self.listeners[0].getsockname()[:2]
         self.sender_name, sender = load_sender(
             self.facts, None if config.sendfile == "auto" else config.sendfile)
-        self.backend = select_backend(self.facts)
+        self.backend = select_backend(self.facts, config.iouring)
         cls = backend_class(self.backend)
         self.reactors, self.access_buffers = [], []
         for lst in self.listeners:
@@ -143,6 +144,8 @@ def run(config):
         server = Server(config)
     except OSError as e:
         return _fail("cannot start: %s" % (e.strerror or e))
+    except BackendUnavailable as e:
+        return _fail(str(e))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())
     server.start()

@@ -27,7 +27,12 @@ def make_parser():
     for s in SETTINGS:
         helptext = "%s [env %s%s]" % (
             s.help, s.env, "" if s.default in (None, "", ()) else ", default %s" % (s.default,))
-        if s.kind == "flag":
+        if s.kind == "tristate":
+            g = p.add_mutually_exclusive_group()
+            g.add_argument(s.flag, dest=s.name, action="store_const", const="on", default=None, help=helptext)
+            g.add_argument("--no-" + s.flag[2:], dest=s.name, action="store_const", const="off",
+                           help="force the portable backend")
+        elif s.kind == "flag":
             p.add_argument(s.flag, dest=s.name, action="store_const", const=True, default=None, help=helptext)
         elif s.kind == "multi":
             p.add_argument(s.flag, dest=s.name, action="append", default=None, metavar=s.metavar, help=helptext)

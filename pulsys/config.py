@@ -136,7 +136,7 @@ class Setting:
     parse: object
     default: object
     help: str
-    kind: str = "value"        # value | flag (boolean switch) | multi (repeatable)
+    kind: str = "value"        # value | flag (boolean switch) | multi (repeatable) | tristate (--x / --no-x)
     metavar: str = None
     choices: tuple = None
 
@@ -181,6 +181,10 @@ SETTINGS = (
             "threads that talk to upstream and write the cache", metavar="N"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
             "connect and read timeout for upstream requests", metavar="SECONDS"),
+    Setting("iouring", "--iouring", _choice("--iouring", ("auto", "on", "off")), "auto",
+            "io_uring reactor: --iouring demands it (error if unavailable), --no-iouring forces the "
+            "portable backend; by default it is used when the startup probe passes",
+            kind="tristate"),
     Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "portable")), "auto",
             "how warm bodies are sent: auto, linux (MSG_MORE + sendfile), portable (pread + write)",
             choices=("auto", "linux", "portable")),
@@ -207,6 +211,7 @@ class Config:
     listeners: int = 1
     fill_threads: int = 32
     upstream_timeout: float = 30.0
+    iouring: str = "auto"
     sendfile: str = "auto"
     max_connections: int = 10000
     extra: dict = field(default_factory=dict)

@@ -11,10 +11,10 @@ import sys
 
 class PlatformFacts:
     __slots__ = ("system", "kernel", "has_sendfile", "has_msg_more", "has_tcp_cork",
-                 "has_reuseport", "sendfile_headers")
+                 "has_reuseport", "sendfile_headers", "uring_ok", "uring_error")
 
     def __init__(self, system, kernel, has_sendfile, has_msg_more, has_tcp_cork, has_reuseport,
-                 sendfile_headers):
+                 sendfile_headers, uring_ok=False, uring_error="not probed"):
         self.system = system
         self.kernel = kernel
         self.has_sendfile = has_sendfile
@@ -22,9 +22,12 @@ class PlatformFacts:
         self.has_tcp_cork = has_tcp_cork
         self.has_reuseport = has_reuseport
         self.sendfile_headers = sendfile_headers
+        self.uring_ok = uring_ok          # a ring was set up and every op pulsys uses is supported
+        self.uring_error = uring_error    # why not, for the one-line message of --iouring
 
     @classmethod
     def probe(cls):
+        uring_ok, uring_error = _probe_uring()
         return cls(
             system=sys.platform,
             kernel=os.uname().release,
@@ -34,10 +37,22 @@ class PlatformFacts:
             has_reuseport=hasattr(socket, "SO_REUSEPORT"),
             # os.sendfile(headers=) wraps sf_hdtr on macOS/FreeBSD only (CPython os docs)
             sendfile_headers=sys.platform == "darwin" or sys.platform.startswith("freebsd"),
+            uring_ok=uring_ok, uring_error=uring_error,
         )
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
+
+
+def _probe_uring():
+    """(ok, reason): really set up a ring and check the ops the uring reactor uses."""
+    if not sys.platform.startswith("linux"):
+        return False, "io_uring is Linux only"
+    try:
+        from pulsys.platform import uring
+    except ImportError as e:
+        return False, "the liburing package is not importable (%s); pip install liburing" % e
+    return uring.probe()
 
 
 def load_sender(facts, name=None):
