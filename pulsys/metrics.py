@@ -10,7 +10,7 @@ NAMES = (
     "bytes_served", "upstream_requests", "upstream_body_bytes", "upstream_errors",
     "stale_served", "offline_refusals", "protocol_errors", "connections_accepted",
     "connections_closed", "peer_resets", "sendfile_eagain", "integrity_failures",
-    "passthrough", "fused_head_body", "internal_errors",
+    "passthrough", "fused_head_body", "internal_errors", "uring_enter", "uring_sqes",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 for _i, _n in enumerate(NAMES):
