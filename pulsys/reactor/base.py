@@ -349,6 +349,9 @@ class ReactorBase:
         conn.gen += 1
         self.conns.pop(conn.fd, None)
         self.counters[M.CONNECTIONS_CLOSED] += 1
+        self.release_socket(conn)
+
+    def release_socket(self, conn):
         try:
             conn.sock.close()
         except OSError:

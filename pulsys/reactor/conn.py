@@ -12,6 +12,8 @@ class Conn:
         "sock", "fd", "rbuf", "rview", "rstart", "rend", "state", "gen", "events",
         "head", "plan", "out", "out_off", "file_fd", "file_path", "file_off", "file_left",
         "fill", "close_after", "t0", "outcome", "status", "sent", "last_active", "target_text",
+        # io_uring backend only: operations in flight and the buffers they own
+        "inflight", "recv_pending", "recv_ibuf", "ibuf", "sending", "send_buf", "poll_pending",
     )
 
     def __init__(self, sock, now):
@@ -40,3 +42,10 @@ class Conn:
         self.sent = 0
         self.last_active = now
         self.target_text = ""
+        self.inflight = 0
+        self.recv_pending = False
+        self.recv_ibuf = False
+        self.ibuf = None
+        self.sending = False
+        self.send_buf = None
+        self.poll_pending = False

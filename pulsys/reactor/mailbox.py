@@ -29,6 +29,10 @@ class Mailbox:
         except (BlockingIOError, OSError):
             pass  # a full socket is already a pending wake-up
 
+    def pending(self):
+        """True when posts are waiting (no syscall: the reactor may skip its poll)."""
+        return bool(self._q)
+
     def drain(self, cap=1024):
         """Run up to `cap` posted calls on the calling (reactor) thread. Returns count."""
         # Consume wake-up bytes first, then clear the flag, then run the queue: a post

@@ -1,0 +1,225 @@
+"""Linux io_uring reactor: one ring per listener, same request step as every backend.
+
+Loop, in order: submit every SQE prepared since the last pass (one io_uring_enter for
+all of them), sleep in epoll on the ring fd and the mailbox only when nothing is
+ready (the liburing binding holds the GIL inside io_uring_enter, epoll does not),
+reap completions, drain the mailbox, sweep timeouts once a second.
+
+user_data = (fd << 3) | op. A connection's socket is not closed while any of its
+operations is in flight, so an fd number is never reused under a pending completion,
+and the buffers the kernel writes into stay alive.
+
+What goes through the ring: multishot accept, recv (into the connection's buffer),
+and send of every response whose body is in memory (heads, canned answers, and small
+files whose bytes the Entry carries). Bodies from files go out with sendfile(2) on the
+socket as in the portable backend, with a POLL_ADD on the ring when the socket is full
+(docs/internals.md has the reasoning and measurements).
+"""
+
+import select
+import socket
+import time
+
+from pulsys import metrics as M
+from pulsys.platform.uring import CQE_F_MORE, Ring
+from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
+from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
+
+OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
+IBUF_SIZE = 16 * 1024
+
+
+class UringReactor(ReactorBase):
+    name = "uring"
+
+    def __init__(self, listener, *args, max_connections=10000, **kw):
+        super().__init__(*args, **kw)
+        self.listener = listener
+        self.max_connections = max_connections
+        self.ring = None
+        self.zombies = {}
+        self.stopping = False
+        self.family = listener.family
+
+    # -- hooks the shared step calls ---------------------------------------------------
+
+    def want(self, conn, events):
+        if events == 2 and not conn.poll_pending and conn.state != CLOSED:
+            self.ring.prep_poll_out(conn.fd, (conn.fd << 3) | OP_POLL)
+            conn.poll_pending = True
+            conn.inflight += 1
+            self.counters[M.URING_SQES] += 1
+
+    def _recv(self, conn):
+        if conn.recv_pending:
+            return False
+        if conn.rstart == conn.rend:
+            conn.rstart = conn.rend = 0
+            buf = conn.rbuf
+            conn.recv_ibuf = False
+        else:
+            buf = conn.ibuf
+            if buf is None:
+                buf = conn.ibuf = bytearray(IBUF_SIZE)
+            conn.recv_ibuf = True
+        self.ring.prep_recv(conn.fd, buf, (conn.fd << 3) | OP_RECV)
+        conn.recv_pending = True
+        conn.inflight += 1
+        self.counters[M.URING_SQES] += 1
+        return False
+
+    def _send(self, conn):
+        if conn.file_left:
+            return ReactorBase._send(self, conn)     # sendfile path, poll on EAGAIN
+        if conn.sending:
+            return WAITING
+        out = conn.out
+        if conn.out_off >= len(out):
+            return DONE_SEND
+        data = out if conn.out_off == 0 else out[conn.out_off:]
+        self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND)
+        conn.send_buf = data
+        conn.sending = True
+        conn.inflight += 1
+        c = self.counters
+        c[M.URING_SQES] += 1
+        if conn.plan.body or conn.status in (200, 206) and conn.plan.count == 0:
+            c[M.FUSED_HEAD_BODY] += 1
+        if not conn.recv_pending and conn.rstart == conn.rend and not conn.close_after:
+            self._recv(conn)                         # the next request may come at once
+        return WAITING
+
+    def release_socket(self, conn):
+        if conn.inflight:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)  # completes a pending recv
+            except OSError:
+                pass
+            self.zombies[conn.fd] = conn
+        else:
+            ReactorBase.release_socket(self, conn)
+
+    # -- completions -------------------------------------------------------------------
+
+    def _dispatch(self, tag, res, flags):
+        op = tag & 7
+        if op == OP_ACCEPT:
+            self._on_accept(res, flags)
+            return
+        fd = tag >> 3
+        conn = self.conns.get(fd)
+        if conn is None:
+            conn = self.zombies.get(fd)
+            if conn is None:
+                return
+        conn.inflight -= 1
+        if conn.state == CLOSED:
+            if op == OP_SEND:
+                conn.sending = False
+                conn.send_buf = None
+            if conn.inflight == 0:
+                self.zombies.pop(fd, None)
+                ReactorBase.release_socket(self, conn)
+            return
+        try:
+            if op == OP_RECV:
+                self._on_recv(conn, res)
+            elif op == OP_SEND:
+                self._on_send(conn, res)
+            else:
+                conn.poll_pending = False
+                self.advance(conn)
+        except Exception:
+            self.internal_error(conn)
+
+    def _on_accept(self, res, flags):
+        if not flags & CQE_F_MORE:
+            self.ring.prep_accept(self.listener.fileno(), OP_ACCEPT)   # re-arm
+        if res < 0:
+            return
+        if len(self.conns) >= self.max_connections:
+            socket.socket(self.family, socket.SOCK_STREAM, 0, res).close()
+            return
+        sock = socket.socket(self.family, socket.SOCK_STREAM, 0, res)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Conn(sock, self.now)
+        self.conns[conn.fd] = conn
+        self.counters[M.CONNECTIONS_ACCEPTED] += 1
+        try:
+            self.advance(conn)
+        except Exception:
+            self.internal_error(conn)
+
+    def _on_recv(self, conn, res):
+        conn.recv_pending = False
+        if res <= 0:
+            if res < 0:
+                self.counters[M.PEER_RESETS] += 1
+            self.close(conn)
+            return
+        if conn.recv_ibuf:
+            need = conn.rend + res
+            if need > len(conn.rbuf):
+                n = conn.rend - conn.rstart
+                conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
+                conn.rstart, conn.rend = 0, n
+                if n + res > len(conn.rbuf):
+                    self._grow(conn, max(n + res, RBUF_SIZE))
+            conn.rbuf[conn.rend:conn.rend + res] = conn.ibuf[:res]
+        conn.rend += res
+        conn.last_active = self.now
+        if conn.state == READ:
+            self.advance(conn)
+
+    def _on_send(self, conn, res):
+        conn.sending = False
+        conn.send_buf = None
+        if res < 0:
+            self.counters[M.PEER_RESETS] += 1
+            self.close(conn)
+            return
+        conn.out_off += res
+        conn.sent += res
+        conn.last_active = self.now
+        self.advance(conn)
+
+    # -- loop ----------------------------------------------------------------------------
+
+    def run(self):
+        ring = self.ring = Ring()
+        ep = select.epoll()
+        ep.register(ring.fd, select.EPOLLIN)
+        ep.register(self.mailbox.rsock.fileno(), select.EPOLLIN)
+        ring.prep_accept(self.listener.fileno(), OP_ACCEPT)
+        submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
+        mailbox, dispatch, c = self.mailbox, self._dispatch, self.counters
+        monotonic = time.monotonic
+        next_sweep = monotonic() + 1.0
+        try:
+            while not self.stopping:
+                submit()
+                if not ready() and not mailbox.pending():
+                    poll(1.0)
+                self.now = now = monotonic()
+                reap(dispatch)
+                if mailbox.pending():
+                    mailbox.drain()
+                c[M.URING_ENTER] = ring.enters
+                if now >= next_sweep:
+                    self.sweep()
+                    next_sweep = now + 1.0
+        finally:
+            for conn in list(self.conns.values()):
+                self.close(conn)
+            ring.submit()
+            ep.close()
+            ring.close()
+            for conn in list(self.zombies.values()):
+                ReactorBase.release_socket(self, conn)
+            self.zombies.clear()
+            self.fdcache.close_all()
+
+    def stop(self):
+        self.stopping = True
+        self.mailbox.post(lambda _: None, None)
