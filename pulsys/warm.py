@@ -39,8 +39,13 @@ def plan_warm(head, entry, plan):
         return True
     r = parse_range(head.range, entry.size) if head.range is not None else None
     if r is None:
-        plan.status, plan.head = 200, fh.ok_ka if ka else fh.ok_close
-        plan.count = 0 if is_head else entry.size
+        plan.status = 200
+        if is_head:
+            plan.head, plan.count = fh.ok_ka if ka else fh.ok_close, 0
+        elif fh.full_ka is not None:
+            plan.head, plan.count = fh.full_ka if ka else fh.full_close, 0
+        else:
+            plan.head, plan.count = fh.ok_ka if ka else fh.ok_close, entry.size
     elif r is UNSATISFIABLE or r == UNSATISFIABLE:
         plan.status, plan.head, plan.count = 416, H.render_unsatisfiable(entry.size, ka), 0
         return True
@@ -48,5 +53,10 @@ def plan_warm(head, entry, plan):
         first, last = r
         plan.status, plan.head = 206, H.render_partial(fh, first, last, ka)
         plan.offset = first
-        plan.count = 0 if is_head else last - first + 1
+        if is_head:
+            plan.count = 0
+        elif entry.body_mem is not None:
+            plan.body, plan.count = entry.body_mem[first:last + 1], 0
+        else:
+            plan.count = last - first + 1
     return plan.count == 0 or entry.blob_path is not None

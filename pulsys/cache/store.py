@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import threading
 import time
 
 from pulsys.model.entry import Entry
@@ -33,14 +34,46 @@ def _fsync_dir(path):
         os.close(fd)
 
 
+SMALL_BODY_MAX = 16 * 1024          # files up to this size are also kept in memory
+SMALL_BODY_BUDGET = 64 * 1024 * 1024  # ... up to this many bytes in all
+
+
 class Store:
-    def __init__(self, root):
+    def __init__(self, root, small_max=SMALL_BODY_MAX, small_budget=SMALL_BODY_BUDGET):
         self.root = os.path.join(root, "v1")
         self.blobs = os.path.join(self.root, "blobs")
         self.tmp = os.path.join(self.root, "tmp")
         self.meta = os.path.join(self.root, "meta")
         for d in (self.blobs, self.tmp, self.meta):
             os.makedirs(d, exist_ok=True)
+        self.small_max = small_max
+        self.small_left = small_budget
+        self._small = {}
+        self._small_lock = threading.Lock()
+
+    def attach_small_body(self, entry):
+        """Give a FILE entry with a committed blob its bytes when it is small and the
+        in-memory budget allows; bytes are shared by every entry of the same blob.
+        Reads the file: call from pool threads or startup only, never a reactor."""
+        if entry.blob_path is None or entry.body_mem is not None or entry.size > self.small_max:
+            return entry
+        with self._small_lock:
+            data = self._small.get(entry.blob_id)
+            if data is None:
+                if self.small_left < entry.size:
+                    return entry
+                try:
+                    with open(entry.blob_path, "rb") as f:
+                        data = f.read(entry.size + 1)
+                except OSError:
+                    return entry
+                if len(data) != entry.size:
+                    return entry
+                self.small_left -= entry.size
+                self._small[entry.blob_id] = data
+        entry.body_mem = data
+        entry.heads = None   # re-rendered with the body by Index.publish
+        return entry
 
     # blobs -------------------------------------------------------------
 
@@ -143,7 +176,7 @@ class Store:
                     expires = 0.0 if doc["immutable"] else now_mono + ttl - age
                     if expires and expires <= 0:
                         expires = 1e-9  # stale but kept for offline fallback
-                    e = Entry.from_json(ed, blob_path, expires)
+                    e = self.attach_small_body(Entry.from_json(ed, blob_path, expires))
                     index.publish(e)
                     n_entries += 1
                 except (OSError, ValueError, KeyError, TypeError) as exc:

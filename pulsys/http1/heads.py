@@ -2,7 +2,9 @@
 
 prepare(entry) renders the heads a FILE entry can need (200 and 304 for keep-alive and
 close, and the fixed prefix of a 206) when the entry is published, so the warm path
-only picks a bytes object; 206 and 416 add one small format per request.
+only picks a bytes object; 206 and 416 add one small format per request. For a small
+file whose body the Entry carries, the complete 200 response (head + body) is one
+bytes object: a warm hit is a single send.
 Canned error responses are memoised by (status, message, keep_alive).
 """
 
@@ -42,7 +44,8 @@ def _hdr(name, value):
 
 
 class FileHeads:
-    __slots__ = ("ok_ka", "ok_close", "nm_ka", "nm_close", "partial_prefix", "size")
+    __slots__ = ("ok_ka", "ok_close", "nm_ka", "nm_close", "partial_prefix", "size",
+                 "full_ka", "full_close")
 
 
 def _file_common(e):
@@ -70,6 +73,11 @@ def prepare(entry):
     fh.nm_ka, fh.nm_close = nm + CONN_KA, nm + CONN_CLOSE
     fh.partial_prefix = status_line(206) + common
     fh.size = entry.size
+    body = entry.body_mem
+    if body is not None:   # small file: the whole 200 response is one bytes object
+        fh.full_ka, fh.full_close = fh.ok_ka + body, fh.ok_close + body
+    else:
+        fh.full_ka = fh.full_close = None
     entry.heads = fh
     return entry
 

@@ -18,7 +18,7 @@ CANNED = 2
 class Entry:
     __slots__ = ("kind", "key", "size", "etag", "commit", "lfs", "blob_id", "blob_path",
                  "content_type", "content_disposition", "status", "headers", "body",
-                 "expires", "heads")
+                 "expires", "heads", "body_mem")
 
     def __init__(self, kind, key, size=0, etag="", commit="", lfs=False, blob_id="",
                  blob_path=None, content_type="", content_disposition="", status=200,
@@ -38,6 +38,7 @@ class Entry:
         self.body = body                  # CANNED: body bytes
         self.expires = expires
         self.heads = None                 # pre-rendered heads, set by http1.heads.prepare()
+        self.body_mem = None              # FILE: the body itself when small (Store.small_body)
 
     def with_blob(self, blob_path):
         e = Entry(self.kind, self.key, self.size, self.etag, self.commit, self.lfs, self.blob_id,
@@ -48,6 +49,7 @@ class Entry:
     def with_expiry(self, expires):
         e = self.with_blob(self.blob_path)
         e.expires = expires
+        e.body_mem = self.body_mem
         return e
 
     def to_json(self):

@@ -222,7 +222,7 @@ class Upstream:
         if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
             if resp is not None:
                 resp.close()
-            entry = entry.with_blob(self.store.blob_path(blob_id))
+            entry = self.store.attach_small_body(entry.with_blob(self.store.blob_path(blob_id)))
             self._publish(entry)
             return job.reply(Reply(entry, None, "hit-blob"))
         if job.method == "HEAD":
@@ -236,7 +236,7 @@ class Upstream:
             self.inflight.done(fill)
             if resp is not None:
                 resp.close()
-            entry = entry.with_blob(self.store.blob_path(blob_id))
+            entry = self.store.attach_small_body(entry.with_blob(self.store.blob_path(blob_id)))
             self._publish(entry)
             return job.reply(Reply(entry, None, "hit-blob"))
         if not created:
@@ -260,7 +260,7 @@ class Upstream:
             os.close(fd)
             fd = -1
             path = self.store.commit_blob(fill.part_path, entry.blob_id)
-            done = entry.with_blob(path)
+            done = self.store.attach_small_body(entry.with_blob(path))
             self._publish(done)
             fill.finish(done)
             c[M.FILLS_COMPLETED] += 1

@@ -66,3 +66,15 @@ def test_entry_whose_blob_is_missing_loads_as_metadata_only(tmp_path):
     ix = Index()
     st.load(ix, 60, 0.0, 0.0)
     assert ix.lookup(tgt(COMMIT), 1.0).blob_path is None
+
+
+def test_small_bodies_are_attached_once_per_blob_within_budget(tmp_path):
+    st = Store(str(tmp_path), small_max=8, small_budget=10)
+    part = st.new_part_path()
+    open(part, "wb").write(b"12345")
+    path = st.commit_blob(part, "sha256/" + SHA256)
+    e1 = st.attach_small_body(file_entry(path))
+    e2 = st.attach_small_body(file_entry(path))
+    assert e1.body_mem == b"12345" and e2.body_mem is e1.body_mem and st.small_left == 5
+    big = Entry(FILE, "k2", 9, "c" * 64, COMMIT, True, "sha256/" + "c" * 64, path)
+    assert st.attach_small_body(big).body_mem is None          # above small_max

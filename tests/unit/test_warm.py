@@ -87,3 +87,20 @@ def test_header_values_from_upstream_cannot_inject_lines():
     e = Entry(CANNED, "k", status=307, headers=(("Location", "/x\r\nSet-Cookie: a=b"),))
     ok, p = plan(head(), e)
     assert b"\r\nSet-Cookie" not in p.head
+
+
+def small_entry(body=b"0123456789"):
+    e = Entry(FILE, "k", len(body), SHA256, COMMIT, True, "sha256/" + SHA256, "/blob")
+    e.body_mem = body
+    Index().publish(e)
+    return e
+
+
+def test_small_body_in_memory_is_one_send_for_200_and_a_slice_for_206():
+    e = small_entry()
+    ok, p = plan(head(), e)
+    assert ok and p.count == 0 and p.head.endswith(b"\r\n\r\n0123456789")
+    ok, p = plan(head(rng="bytes=2-4"), e)
+    assert ok and p.status == 206 and p.count == 0 and p.body == b"234"
+    ok, p = plan(head("HEAD"), e)
+    assert ok and p.count == 0 and p.head.endswith(b"\r\n\r\n") and p.body == b""
