@@ -78,6 +78,7 @@ class AccessLogWriter(threading.Thread):
         self._halt = threading.Event()
         self._sec = None
         self._sec_text = ""
+        self._flush_lock = threading.Lock()   # flush() may also be called from outside
 
     def run(self):
         while not self._halt.wait(self.interval):
@@ -92,6 +93,10 @@ class AccessLogWriter(threading.Thread):
         return self._sec_text, int((wall - sec) * 1e6)
 
     def flush(self):
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self):
         offset = time.time() - time.monotonic()
         dumps, stamp, out = json.dumps, self._stamp, []
         for b in self.buffers:

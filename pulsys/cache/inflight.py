@@ -8,6 +8,10 @@ no wake-up is lost.
 
 `available` never reaches `size` before the blob is verified and committed: the last
 byte is held back, so a client never holds a complete-looking body whose hash was wrong.
+
+Progress listeners (`add_listener(fn)`) are called as `fn(fill)` on the fill thread after
+every change, outside the lock, in order, and once more when the fill ends; the
+multi-process parent uses them to relay progress to worker processes.
 """
 
 import threading
@@ -17,7 +21,7 @@ RUNNING, DONE, FAILED = 0, 1, 2
 
 class Fill:
     __slots__ = ("lock", "blob_id", "size", "part_path", "available", "state", "waiters",
-                 "entry", "error")
+                 "entry", "error", "listeners", "final_path")
 
     def __init__(self, blob_id, size, part_path):
         self.lock = threading.Lock()
@@ -29,6 +33,21 @@ class Fill:
         self.waiters = []
         self.entry = None
         self.error = None
+        self.listeners = None
+        self.final_path = None    # where the verified blob is renamed to (set before the rename)
+
+    def add_listener(self, fn):
+        """Call fn(self) after each progress change and when the fill ends. False (and not
+        added) when the fill has already ended: the caller reads the final state instead."""
+        with self.lock:
+            if self.state != RUNNING:
+                return False
+            self.listeners = (self.listeners or ()) + (fn,)
+            return True
+
+    def _tell(self):
+        for fn in self.listeners:
+            fn(self)
 
     def wait(self, offset, post, fn, arg):
         with self.lock:
@@ -50,6 +69,8 @@ class Fill:
             ws = self._wake() if self.waiters else ()
         for post, fn, arg in ws:
             post(fn, arg)
+        if self.listeners:
+            self._tell()
 
     def finish(self, entry):
         with self.lock:
@@ -59,6 +80,8 @@ class Fill:
             ws = self._wake()
         for post, fn, arg in ws:
             post(fn, arg)
+        if self.listeners:
+            self._tell()
 
     def fail(self, error):
         with self.lock:
@@ -67,6 +90,8 @@ class Fill:
             ws = self._wake()
         for post, fn, arg in ws:
             post(fn, arg)
+        if self.listeners:
+            self._tell()
 
 
 class Inflight:

@@ -233,16 +233,22 @@ class ReactorBase:
         if fill is not None and fill.state == DONE:
             entry, fill = fill.entry, None
         if fill is not None:
-            try:
-                conn.file_fd = os.open(fill.part_path, os.O_RDONLY | os.O_CLOEXEC)
+            # the part file, or — when the fill has just verified and renamed it but not
+            # yet announced DONE — the blob it became; both hold the same bytes
+            for path in (fill.part_path, getattr(fill, "final_path", None)):
+                if path is None:
+                    continue
+                try:
+                    conn.file_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
                 conn.file_path = None
                 conn.fill = fill
                 return
-            except FileNotFoundError:
-                if fill.state != DONE:
-                    self._respond(conn, conn.head, 503, error_response(503, "fill failed; retry"), True)
-                    return
-                entry = fill.entry
+            if fill.state != DONE:
+                self._respond(conn, conn.head, 503, error_response(503, "fill failed; retry"), True)
+                return
+            entry = fill.entry
         try:
             conn.file_fd = self.fdcache.acquire(entry.blob_path)
             conn.file_path = entry.blob_path

@@ -21,7 +21,7 @@ import socket
 import time
 
 from pulsys import metrics as M
-from pulsys.platform.uring import CQE_F_MORE, Ring
+from pulsys.platform.uring import CQE_F_MORE, LINK_QUIET, MSG_WAITALL, Ring
 from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
 
@@ -77,16 +77,25 @@ class UringReactor(ReactorBase):
         if conn.out_off >= len(out):
             return DONE_SEND
         data = out if conn.out_off == 0 else out[conn.out_off:]
-        self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND)
+        c = self.counters
+        if conn.plan.body or conn.status in (200, 206) and conn.plan.count == 0:
+            c[M.FUSED_HEAD_BODY] += 1
+        if not conn.close_after and not conn.recv_pending and conn.rstart == conn.rend:
+            # send, then recv the next request, in one submission: the send posts a
+            # completion only on failure, so one CQE per request; the recv completing
+            # proves the send is done and its buffer free (kept alive until then)
+            self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
+            conn.send_buf = data
+            self._recv(conn)
+            c[M.URING_SQES] += 1
+            conn.out_off = len(out)
+            conn.sent += len(data)
+            return DONE_SEND
+        self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL)
         conn.send_buf = data
         conn.sending = True
         conn.inflight += 1
-        c = self.counters
         c[M.URING_SQES] += 1
-        if conn.plan.body or conn.status in (200, 206) and conn.plan.count == 0:
-            c[M.FUSED_HEAD_BODY] += 1
-        if not conn.recv_pending and conn.rstart == conn.rend and not conn.close_after:
-            self._recv(conn)                         # the next request may come at once
         return WAITING
 
     def release_socket(self, conn):
@@ -112,6 +121,12 @@ class UringReactor(ReactorBase):
             conn = self.zombies.get(fd)
             if conn is None:
                 return
+        if op == OP_SEND and not conn.sending:
+            # a linked quiet send failed (its recv is cancelled and counted separately)
+            if conn.state != CLOSED:
+                self.counters[M.PEER_RESETS] += 1
+                self.close(conn)
+            return
         conn.inflight -= 1
         if conn.state == CLOSED:
             if op == OP_SEND:
@@ -153,6 +168,8 @@ class UringReactor(ReactorBase):
 
     def _on_recv(self, conn, res):
         conn.recv_pending = False
+        if not conn.sending:
+            conn.send_buf = None   # a linked send before this recv has completed
         if res <= 0:
             if res < 0:
                 self.counters[M.PEER_RESETS] += 1

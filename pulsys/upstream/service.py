@@ -259,6 +259,7 @@ class Upstream:
             stream_into(fill, fd, resp, entry.blob_id, entry.size, self._count_body)
             os.close(fd)
             fd = -1
+            fill.final_path = self.store.blob_path(entry.blob_id)
             path = self.store.commit_blob(fill.part_path, entry.blob_id)
             done = self.store.attach_small_body(entry.with_blob(path))
             self._publish(done)
