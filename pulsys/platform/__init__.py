@@ -55,13 +55,25 @@ def _probe_uring():
     return uring.probe()
 
 
+def choose_sender(facts, requested="auto"):
+    """Pure: the head+body send path for these facts. 'linux' (send MSG_MORE +
+    sendfile), 'darwin' (one sendfile with sf_hdtr headers), or 'portable'."""
+    if requested != "auto":
+        return requested
+    if facts.system.startswith("linux") and facts.has_sendfile and facts.has_msg_more:
+        return "linux"
+    if facts.system == "darwin" and facts.sendfile_headers:
+        return "darwin"
+    return "portable"
+
+
 def load_sender(facts, name=None):
-    """The head+body sender module for these facts: 'linux' (MSG_MORE + sendfile) or
-    'portable' (pread + write). `name` forces one. The only place that chooses."""
-    if name is None:
-        name = "linux" if facts.system.startswith("linux") and facts.has_sendfile else "portable"
+    """-> (name, module) for choose_sender's choice; the only place that imports one."""
+    name = choose_sender(facts, name or "auto")
     if name == "linux":
         from pulsys.platform import sendfile_linux as m
+    elif name == "darwin":
+        from pulsys.platform import sendfile_darwin as m
     else:
         from pulsys.platform import sendfile_portable as m
     return name, m

@@ -51,6 +51,7 @@ class ReactorBase:
         self.mailbox = mailbox
         self.send_head = sender.send_head
         self.send_body = sender.send_body
+        self.send_both = getattr(sender, "send_head_and_body", None)   # one syscall (darwin)
         self.fdcache = fdcache
         self.counters = M.new()
         self.access = access_log.append if access_log is not None else None
@@ -281,6 +282,18 @@ class ReactorBase:
     def _send(self, conn):
         out = conn.out
         try:
+            if conn.out_off < len(out) and self.send_both is not None and conn.file_left \
+                    and conn.fill is None:
+                h, b = self.send_both(conn.sock, out[conn.out_off:] if conn.out_off else out,
+                                      conn.fd, conn.file_fd, conn.file_off, conn.file_left)
+                conn.out_off += h
+                conn.file_off += b
+                conn.file_left -= b
+                conn.sent += h + b
+                if conn.out_off < len(out) or (h + b == 0 and conn.file_left):
+                    self.counters[M.SENDFILE_EAGAIN] += 1
+                    return BLOCKED
+                self.counters[M.FUSED_HEAD_BODY] += 1
             if conn.out_off < len(out):
                 more = conn.file_left > 0 and conn.fill is None
                 n = self.send_head(conn.sock, memoryview(out)[conn.out_off:] if conn.out_off else out, more)
