@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Warm hits: pulsys against nginx (static and proxy_cache), Varnish and olah, in one run.
+# Installs what the run needs, then runs scripts/bench_compare.py with the arguments given
+# (see docs/benchmarks.md), then renders charts and results/headline.json:
+#
+#   bash scripts/bench_compare.sh                 # full default run (~30 min on 2 CPUs)
+#   bash scripts/bench_compare.sh --quick         # a few minutes
+#   bash scripts/bench_compare.sh --servers pulsys-portable,nginx-static --sizes 4K --duration 2
+#
+# What it installs: pulsys into ./.venv (as scripts/serve.sh does); as root, the Debian
+# packages nginx, varnish, wrk and gcc when missing (`apt-get update` once first); olah
+# (PyPI) into its own venv and matplotlib into a bench venv, both under
+# ~/.cache/pulsys-bench (PULSYS_BENCH_HOME), never inside the repository. A peer that
+# cannot be installed is recorded as "unavailable: <reason>" and the run goes on.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/venv.sh
+ensure_venv
+pip_log="$(mktemp)"
+if ! .venv/bin/python -m pip install -q -e . >"$pip_log" 2>&1; then
+    cat "$pip_log" >&2
+    rm -f "$pip_log"
+    echo "bench_compare: error: installing pulsys into .venv failed" >&2
+    exit 1
+fi
+rm -f "$pip_log"
+
+say() { echo "bench_compare.sh: $*" >&2; }
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+
+# Debian packages: command -> package
+missing=()
+for pair in nginx:nginx varnishd:varnish wrk:wrk cc:gcc taskset:util-linux; do
+    have "${pair%%:*}" || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian packages: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || say "apt-get update failed"
+        for pkg in "${missing[@]}"; do
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null 2>&1 \
+                || say "apt-get install $pkg failed; it will be reported unavailable"
+        done
+    else
+        say "missing (not root or no apt-get, not installing): ${missing[*]}; those peers will be reported unavailable"
+    fi
+fi
+
+BENCH_HOME="${PULSYS_BENCH_HOME:-$HOME/.cache/pulsys-bench}"
+export PULSYS_BENCH_HOME="$BENCH_HOME"
+mkdir -p "$BENCH_HOME"
+PY="${PULSYS_PYTHON:-python3}"
+
+# olah in a venv of its own (its dependencies must not meet pulsys's)
+if ! [ -x "$BENCH_HOME/olah-venv/bin/olah-cli" ]; then
+    say "installing olah (PyPI) into $BENCH_HOME/olah-venv"
+    rm -rf "$BENCH_HOME/olah-venv"
+    { "$PY" -m venv "$BENCH_HOME/olah-venv" && "$BENCH_HOME/olah-venv/bin/pip" install -q olah; } >/dev/null 2>&1 \
+        || say "installing olah failed; it will be reported unavailable"
+fi
+
+# matplotlib for the charts: bench-only, never a pulsys dependency
+render=()
+if ! "$BENCH_HOME/venv/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
+    say "installing matplotlib into $BENCH_HOME/venv"
+    rm -rf "$BENCH_HOME/venv"
+    { "$PY" -m venv "$BENCH_HOME/venv" && "$BENCH_HOME/venv/bin/pip" install -q matplotlib; } >/dev/null 2>&1 \
+        || say "installing matplotlib failed; no charts this time (scripts/render_bench.py can be run later)"
+fi
+if "$BENCH_HOME/venv/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
+    render=(--render-with "$BENCH_HOME/venv/bin/python")
+fi
+
+exec .venv/bin/python scripts/bench_compare.py "${render[@]}" "$@"

@@ -1,0 +1,302 @@
+"""The comparative benchmark's scripts: a tiny real run, and their pure parts.
+
+The smoke test runs scripts/bench_compare.py for real (pulsys portable and nginx static,
+one size, one concurrency, 1 s, one round) into a temp dir and checks the CSV/JSON it
+writes; it installs nginx when it can and skips, saying why, only when nginx cannot be
+installed. The other tests need no server.
+"""
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "scripts")
+sys.path.insert(0, SCRIPTS)
+
+import bench_compare  # noqa: E402
+import render_bench  # noqa: E402
+import update_readme_headline  # noqa: E402
+
+COLUMNS = ["server", "variant", "generator", "size", "concurrency", "round", "req_per_s", "gbytes_per_s",
+           "p50_us", "p99_us", "cpu_s_per_gb", "errors"]
+PROVENANCE = ["commit", "dirty", "date", "machine", "cpu_model", "cpus", "kernel", "system", "python",
+              "python_build"]
+
+
+def _nginx():
+    return bench_compare.which("nginx")
+
+
+def ensure_nginx():
+    """nginx's path, installing the Debian package when root; None when it cannot be had."""
+    if _nginx():
+        return _nginx()
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "nginx"], env=env, capture_output=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _nginx()
+
+
+def refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_tiny_compare_run_writes_documented_csv_and_json(tmp_path):
+    if not ensure_nginx():
+        pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get)")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.fail("no C compiler for scripts/bench_peers/loadgen.c (apt-get install gcc)")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_compare.py"),
+                        "--servers", "pulsys-portable,nginx-static", "--sizes", "4096", "--concurrency", "1",
+                        "--duration", "1", "--rounds", "1", "--out-dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (json_path,) = out.glob("compare_*.json")
+    (csv_path,) = out.glob("compare_*.csv")
+    assert json_path.stem == csv_path.stem
+
+    doc = json.loads(json_path.read_text())
+    for key in PROVENANCE:
+        assert key in doc, key
+    assert len(doc["commit"]) == 40 and isinstance(doc["dirty"], bool)
+    assert doc["benchmark"] == "compare" and doc["columns"][:len(COLUMNS)] == COLUMNS
+    assert doc["settings"]["sizes"] == [4096] and doc["settings"]["concurrency"] == [1]
+    assert len(doc["loadavg_before"]) == 3 and "pinning" in doc
+    assert doc["unavailable"] == {}, doc["unavailable"]
+
+    with open(csv_path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames[:len(COLUMNS)] == COLUMNS
+        assert "commit" in reader.fieldnames and "dirty" in reader.fieldnames
+        rows = list(reader)
+    expected = {("pulsys", "portable"), ("nginx-static", "tcp_nopush_on"), ("nginx-static", "tcp_nopush_off")}
+    for rnd in ("1", "median"):
+        got = {(r["server"], r["variant"]): r for r in rows if r["round"] == rnd}
+        assert set(got) == expected, (rnd, rows)
+        for r in got.values():
+            assert r["generator"] in ("loadgen", "wrk") and r["size"] == "4096" and r["concurrency"] == "1"
+            assert float(r["req_per_s"]) > 0 and float(r["gbytes_per_s"]) > 0, r
+            assert 0 < float(r["p50_us"]) <= float(r["p99_us"]), r
+            assert float(r["cpu_s_per_gb"]) > 0 and r["errors"] == "0", r
+            assert r["commit"] == doc["commit"]
+    for r in doc["rows"]:
+        assert r["upstream_body_bytes"] == 0   # warm: nothing fetched from the fake Hub while measuring
+    # Every server it started is gone again.
+    for peer in doc["peers"].values():
+        assert refused(peer["port"]), peer
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+def test_args_quick_defaults_aliases_and_errors():
+    a = bench_compare.parse_args(["--quick"])
+    assert (a.sizes, a.concurrency, a.duration, a.rounds, a.name) == ([4096, 262144], [16], 2.0, 1, "compare_quick")
+    a = bench_compare.parse_args(["--sizes", "4K,16M", "--servers", "pulsys,olah"])
+    assert a.sizes == [4096, 16 * 1024 * 1024] and a.concurrency == [1, 16, 64] and a.rounds == 3
+    assert a.server_names == ["pulsys-iouring", "pulsys-portable", "olah"]
+    assert bench_compare.parse_args([]).server_names == bench_compare.SERVERS
+    with pytest.raises(SystemExit):
+        bench_compare.parse_args(["--servers", "apache"])
+
+
+def test_wrk_latency_units():
+    assert bench_compare._wrk_time("468.00us") == 468.0
+    assert bench_compare._wrk_time("5.65ms") == 5650.0
+    assert bench_compare._wrk_time("1.20s") == 1.2e6
+
+
+def test_templates_fill_every_placeholder():
+    conf = bench_compare.render_template("nginx-static.conf", {"USER": "", "DIR": "/d", "PORT": 1, "TCP_NOPUSH": "on",
+                                                               "ROOT": "/w"})
+    assert "tcp_nopush on;" in conf and "listen 127.0.0.1:1 " in conf and "@@" not in conf.replace("@@...@@", "")
+    with pytest.raises(RuntimeError):
+        bench_compare.render_template("varnish.vcl", {"HUB_HOST": "127.0.0.1"})
+
+
+def _median(server, variant, size, conc, rps, cpu=1.0):
+    return {"server": server, "variant": variant, "generator": "loadgen", "size": size, "concurrency": conc,
+            "round": "median", "req_per_s": rps, "gbytes_per_s": rps * size / 1e9, "p50_us": 100.0,
+            "p99_us": 200.0, "cpu_s_per_gb": cpu, "errors": 0, "note": ""}
+
+
+def synthetic_run():
+    K, M = 1024, 1024 * 1024
+    meds = []
+    for size, pul, on, off, pc, nc in ((4 * K, 65000, 40000, 50000, 5.0, 4.0),
+                                       (256 * K, 9000, 8000, 8500, 0.20, 0.25),
+                                       (16 * M, 400, 450, 420, 0.10, 0.12)):
+        meds.append(_median("pulsys", "portable", size, 16, pul, pc))
+        meds.append(_median("nginx-static", "tcp_nopush_on", size, 16, on, nc))
+        meds.append(_median("nginx-static", "tcp_nopush_off", size, 16, off, nc))
+    meds.append(_median("olah", "default", 4 * K, 16, 10.0, 9000.0))
+    meds.append(_median("pulsys", "portable", 4 * K, 1, 20000))
+    doc = {"benchmark": "compare", "commit": "a" * 40, "dirty": False, "date": "2026-11-30T00:00:00+00:00",
+           "machine": "linux-x86_64-2cpu", "quick": False, "medians": meds, "rows": [],
+           "settings": {"sizes": [4 * K, 256 * K, 16 * M], "concurrency": [1, 16], "duration_s": 5, "rounds": 3},
+           "unavailable": {"pulsys/iouring": "unavailable: pulsys: error: --iouring: io_uring is not usable here: x"}}
+    return doc
+
+
+def test_headline_compares_pulsys_with_the_better_nginx_and_olah():
+    h = render_bench.compute_headline(synthetic_run(), "results/x/compare_2026-11-30.json")
+    assert h["commit"] == "a" * 40 and h["machine"] == "linux-x86_64-2cpu" and h["dirty"] is False
+    assert h["pulsys_backend"] == "portable" and h["pulsys_iouring"].startswith("unavailable: pulsys: error")
+    c = {x["id"]: x for x in h["comparisons"]}
+    small = c["4k_c16_req_per_s"]
+    assert small["peer"]["variant"] == "tcp_nopush_off"                  # the better of on/off
+    assert small["ratio"] == 1.3 and small["met"] is True                 # 65000 / 50000
+    mid = c["256k_c16_gbytes_per_s"]
+    assert mid["ratio"] == round(9000 / 8500, 3) and mid["cpu_ratio"] == 0.8 and mid["met"] is True
+    big = c["16m_c16_gbytes_per_s"]
+    assert big["peer"]["variant"] == "tcp_nopush_on" and big["met"] is False   # 400 < 450 req/s
+    assert "0.89x" in big["why"]
+    assert c["4k_c16_vs_olah"]["ratio"] == 6500.0 and c["4k_c16_vs_olah"]["met"] is True
+    assert h["p50_us_c1"] == {"pulsys portable": {"4096": 100.0}}
+    json.dumps(h)   # serialisable
+    md = render_bench.markdown(synthetic_run(), "results/x/compare_2026-11-30.json", h)
+    assert "| pulsys portable |" in md and "not met" in md and "pulsys/iouring" in md
+
+
+def test_headline_when_a_peer_is_missing():
+    doc = synthetic_run()
+    doc["medians"] = [m for m in doc["medians"] if m["server"] != "olah"]
+    doc["unavailable"]["olah/default"] = "unavailable: olah did not start"
+    c = {x["id"]: x for x in render_bench.compute_headline(doc, "s")["comparisons"]}
+    assert c["4k_c16_vs_olah"]["met"] is None and "olah did not start" in c["4k_c16_vs_olah"]["why"]
+
+
+def test_readme_headline_needs_the_markers(tmp_path):
+    headline = tmp_path / "headline.json"
+    headline.write_text(json.dumps(render_bench.compute_headline(synthetic_run(), "results/x/c.json")))
+    readme = tmp_path / "README.md"
+    readme.write_text("# pulsys\n\nno markers here\n")
+    assert update_readme_headline.main(["--readme", str(readme), "--headline", str(headline)]) == 1
+    assert readme.read_text() == "# pulsys\n\nno markers here\n"
+
+    before = "# pulsys\n\nintro\n\n%s\nold text\n%s\n\n## Quick start\n" % (
+        update_readme_headline.START, update_readme_headline.END)
+    readme.write_text(before)
+    assert update_readme_headline.main(["--readme", str(readme), "--headline", str(headline)]) == 0
+    after = readme.read_text()
+    assert after.startswith("# pulsys\n\nintro\n\n" + update_readme_headline.START + "\n")
+    assert after.endswith(update_readme_headline.END + "\n\n## Quick start\n")
+    assert "old text" not in after and "| 4 KiB, 16 connections | 65,000 req/s |" in after
+    assert "io_uring" in after and "`aaaaaaaaaaaa`" in after
+    assert update_readme_headline.main(["--readme", str(readme), "--headline", str(headline)]) == 0
+    assert readme.read_text() == after   # idempotent
+
+
+# -- the C load generator against a tiny server ------------------------------------------
+
+class _Server:
+    """A loopback HTTP/1.1 server answering every GET with `response(n)` (n = request number)."""
+
+    def __init__(self, response):
+        self.response = response
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=self._serve, args=(c,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _serve(self, c):
+        c.settimeout(5)
+        buf, n = b"", 0
+        try:
+            while not self.stop:
+                data = c.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    _, buf = buf.split(b"\r\n\r\n", 1)
+                    n += 1
+                    out, close = self.response(n)
+                    c.sendall(out)
+                    if close:
+                        return
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+        for t in self.threads:
+            t.join(5)
+
+
+@pytest.fixture(scope="module")
+def loadgen(tmp_path_factory):
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.fail("no C compiler for scripts/bench_peers/loadgen.c (apt-get install gcc)")
+    exe, _ = bench_compare.build_loadgen(str(tmp_path_factory.mktemp("loadgen")))
+    return exe
+
+
+def run_gen(exe, response, size, conns=4):
+    srv = _Server(response)
+    try:
+        p = subprocess.run([exe, "-a", "127.0.0.1", "-p", str(srv.port), "-u", "/f", "-c", str(conns),
+                            "-d", "0.5", "-s", str(size)], capture_output=True, text=True, timeout=30)
+    finally:
+        srv.close()
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+BODY = bytes(range(256)) * 40   # 10240 bytes
+
+
+def test_loadgen_counts_keep_alive_responses(loadgen):
+    d = run_gen(loadgen, lambda n: (b"HTTP/1.1 200 OK\r\nContent-Length: 10240\r\n\r\n" + BODY, False), 10240)
+    assert d["requests"] > 10 and d["errors"] == 0 and d["reconnects"] == 0
+    assert d["body_bytes"] == d["requests"] * 10240
+    assert 0 < d["p50_us"] <= d["p99_us"] <= d["max_us"] and d["connections"] == 4
+
+
+def test_loadgen_reads_chunked_bodies_and_reconnects_on_close(loadgen):
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" \
+              b"1000\r\n" + BODY[:4096] + b"\r\n1800\r\n" + BODY[:6144] + b"\r\n0\r\n\r\n"
+    d = run_gen(loadgen, lambda n: (chunked, True), 10240)
+    assert d["requests"] > 5 and d["errors"] == 0 and d["reconnects"] >= d["requests"] - 4
+
+
+def test_loadgen_reports_wrong_sizes_and_statuses_as_errors(loadgen):
+    d = run_gen(loadgen, lambda n: (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", False), 11)
+    assert d["requests"] == 0 and d["errors_by"]["size"] > 0
+    d = run_gen(loadgen, lambda n: (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", False), 0)
+    assert d["requests"] == 0 and d["errors_by"]["status"] > 0
