@@ -175,8 +175,9 @@ SETTINGS = (
             "seconds a branch/tag -> commit mapping and mutable metadata stay fresh", metavar="SECONDS"),
     Setting("offline", "--offline", _bool, False,
             "serve only from cache; misses get 504", kind="flag"),
-    Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), "1",
-            "number of listening sockets (SO_REUSEPORT), one reactor each", metavar="N"),
+    Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), str(os.cpu_count() or 1),
+            "number of listening sockets (SO_REUSEPORT), one reactor each; with N > 1 each reactor "
+            "runs in its own worker process (default: the number of CPUs)", metavar="N"),
     Setting("fill_threads", "--fill-threads", _int_range("--fill-threads", 1, 1024), "32",
             "threads that talk to upstream and write the cache", metavar="N"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
@@ -185,9 +186,9 @@ SETTINGS = (
             "io_uring reactor: --iouring demands it (error if unavailable), --no-iouring forces the "
             "portable backend; by default it is used when the startup probe passes",
             kind="tristate"),
-    Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "portable")), "auto",
-            "how warm bodies are sent: auto, linux (MSG_MORE + sendfile), portable (pread + write)",
-            choices=("auto", "linux", "portable")),
+    Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "darwin", "portable")),
+            "auto", "how file bodies are sent: auto, linux (MSG_MORE + sendfile), darwin (sendfile "
+            "with sf_hdtr), portable (pread + write)", choices=("auto", "linux", "darwin", "portable")),
     Setting("max_connections", "--max-connections", _int_range("--max-connections", 1, 1 << 20), "10000",
             "open client connections per reactor before new ones are refused", metavar="N"),
 )

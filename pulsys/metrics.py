@@ -18,13 +18,27 @@ for _i, _n in enumerate(NAMES):
 del _i, _n
 
 
+# Gauges every snapshot (/debug/vars) carries besides the counters; /metrics exports them.
+GAUGES = (
+    ("index_entries", "entries in the parent's (authoritative) cache index"),
+    ("fills_in_flight", "upstream body fills running now"),
+    ("open_connections", "client connections open on the data plane"),
+    ("listeners", "listening sockets, one reactor each"),
+)
+
+
 def new():
     return [0] * len(NAMES)
 
 
-def merged(lists):
+def summed(lists):
+    """Element-wise sum of counter lists (one per reactor, pool or worker process)."""
     total = [0] * len(NAMES)
     for c in lists:
-        for i, v in enumerate(c):
+        for i, v in enumerate(c[:len(NAMES)]):
             total[i] += v
-    return dict(zip(NAMES, total))
+    return total
+
+
+def merged(lists):
+    return dict(zip(NAMES, summed(lists)))

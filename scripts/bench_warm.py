@@ -39,13 +39,13 @@ def free_port():
     return p
 
 
-def pin(cpu):
-    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+def pin(cpus):
+    return ["taskset", "-c", str(cpus)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
 
 
-def start_pulsys(hub, cache, flags):
+def start_pulsys(hub, cache, flags, cpus="0"):
     port, admin = free_port(), free_port()
-    cmd = pin(0) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
+    cmd = pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
                     "--log-format", "json"] + flags
@@ -77,6 +77,9 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=FLAGS (FLAGS space-separated pulsys flags, may be empty)")
     ap.add_argument("--name", default="warm", help="results file name prefix")
+    ap.add_argument("--server-cpus", default="0",
+                    help="taskset CPU list for pulsys and its worker processes (wrk stays on CPU 1); "
+                         "e.g. 0,1 to compare --listeners 1 and 2")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
@@ -93,7 +96,7 @@ def main():
         for _ in range(a.rounds):
             for name, flags in variants:
                 with tempfile.TemporaryDirectory() as cache:
-                    p, url = start_pulsys(hub, cache, flags)
+                    p, url = start_pulsys(hub, cache, flags, a.server_cpus)
                     try:
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
@@ -116,7 +119,7 @@ def main():
             print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s" % (name, s, med, med / base,
                                                                   [round(x) for x in rps]))
     doc = provenance(benchmark=a.name, backend="selector", load="wrk -t1 -c%d -d%ds" % (a.connections, a.duration),
-                     pinning="pulsys CPU 0, wrk CPU 1", listeners=1, rounds=a.rounds, results=results)
+                     pinning="pulsys CPU %s, wrk CPU 1" % a.server_cpus, listeners=1, rounds=a.rounds, results=results)
     print("wrote", write_result("%s.json" % a.name, doc))
 
 

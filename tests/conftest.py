@@ -1,8 +1,14 @@
-"""Shared fixtures: a fake Hub on loopback and in-process pulsys servers."""
+"""Shared fixtures: a fake Hub on loopback, and pulsys servers: in-process (one
+listener) or the real multi-process layout (`python -m pulsys --listeners N`)."""
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -19,19 +25,114 @@ def hub():
     h.stop()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COUNTER_SYNC = 0.25   # > the workers' counter copy interval (pulsys.workers.COUNTER_INTERVAL)
+
+
+class ProcServer:
+    """`python -m pulsys --listeners N` (N > 1): the parent and its worker processes.
+
+    Offers what tests use of an in-process Server: url, address, vars(), load_stats,
+    stop() and shutdown(); plus pid, admin_url, metrics_text() and log_text()."""
+
+    def __init__(self, settings, log_path, start_timeout=30.0):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSYS_")}
+        for k, v in settings.items():
+            env["PULSYS_" + k.upper()] = ",".join(v) if isinstance(v, list) else (
+                ("1" if v else "0") if isinstance(v, bool) else str(v))
+        env.update(PULSYS_LISTEN="127.0.0.1:0", PULSYS_ADMIN_LISTEN="127.0.0.1:0",
+                   PULSYS_LOG_FORMAT="json", PULSYS_LOG_LEVEL="info")
+        env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pulsys"], cwd=ROOT, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
+        self.pid = self.proc.pid
+        self._load_stats = None
+        started = self._wait_started(start_timeout)
+        host, port = started["listen"].rsplit("/", 1)[1].rsplit(":", 1)
+        self.address = (host, int(port))
+        self.url = started["listen"]
+        self.admin_url = started["admin"]
+        self.worker_pids = started.get("workers", [])
+
+    def _wait_started(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log_text().splitlines():
+                if '"pulsys started"' in line:
+                    return json.loads(line)
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        self.shutdown()
+        raise AssertionError("pulsys did not start:\n" + self.log_text())
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def get(self, path):
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                self.admin_url + path, timeout=10) as r:
+            return r.read()
+
+    def vars(self, sync=True):
+        """/debug/vars, after the workers' counters had time to reach the parent."""
+        if sync:
+            time.sleep(COUNTER_SYNC)
+        return json.loads(self.get("/debug/vars"))
+
+    def metrics_text(self):
+        return self.get("/metrics").decode()
+
+    @property
+    def load_stats(self):
+        if self._load_stats is None:
+            self._load_stats = self.vars(sync=False)["startup_index_load"]
+        return self._load_stats
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def shutdown(self, timeout=15.0):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        self._log.close()
+        return rc
+
+
 @pytest.fixture
-def make_server(tmp_path):
-    """make_server(hub, **settings) -> a started in-process pulsys Server on free ports."""
+def listeners():
+    """The --listeners of servers from make_server; test modules parametrize it."""
+    return 1
+
+
+@pytest.fixture
+def make_server(tmp_path, listeners):
+    """make_server(hub, **settings) -> a started pulsys on free loopback ports: an in-process
+    Server for one listener, a ProcServer (real worker processes) for more."""
     configure("console", "warning")
     started = []
+    default_listeners = listeners
 
-    def make(hub, cache_dir=None, **settings):
+    def make(hub, cache_dir=None, listeners=None, **settings):
+        n = default_listeners if listeners is None else listeners
         values = {"listen": "127.0.0.1:0", "admin_listen": "off", "upstream": hub.url,
                   "cache_dir": cache_dir or str(tmp_path / "cache"),
-                  "allow_upstream_host": [hub.cdn_netloc], "access_log": "off"}
+                  "allow_upstream_host": [hub.cdn_netloc], "access_log": "off", "listeners": str(n)}
         values.update({k: (v if isinstance(v, (list, bool)) else str(v)) for k, v in settings.items()})
-        s = Server(build_config(values, {"HOME": os.environ.get("HOME", "/")})).start()
-        s.url = "http://%s:%d" % s.address
+        if n > 1:
+            del values["listen"], values["admin_listen"]
+            s = ProcServer(values, str(tmp_path / ("pulsys-%d.log" % len(started))))
+        else:
+            s = Server(build_config(values, {"HOME": os.environ.get("HOME", "/")})).start()
+            s.url = "http://%s:%d" % s.address
         started.append(s)
         return s
 

@@ -1,5 +1,7 @@
 """pulsys against the fake Hub over loopback, driven with `requests`: cold fill then
-warm, de-duplication, restart, freshness, offline, Xet stripping, errors, integrity."""
+warm, de-duplication, restart, freshness, offline, Xet stripping, errors, integrity.
+Each test runs with one listener (in-process) and two (worker processes), except those
+that reach into the in-process upstream service."""
 
 import concurrent.futures
 import hashlib
@@ -14,6 +16,14 @@ from pulsys.testing.fake_hub import git_blob_sha1, sha256_hex
 
 LFS_BODY = os.urandom(5 * 1024 * 1024 + 17)
 CONFIG = b'{"architectures": ["Bert"], "hidden": 768}\n'
+
+
+IN_PROCESS_ONLY = {"test_redirect_to_a_host_not_allowed_is_refused"}
+
+
+def pytest_generate_tests(metafunc):
+    if "listeners" in metafunc.fixturenames and metafunc.function.__name__ not in IN_PROCESS_ONLY:
+        metafunc.parametrize("listeners", [1, 2], ids=["1-listener", "2-listeners"])
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Behaviour every reactor backend x sender must show, over real loopback sockets,
-with a real fill from the fake Hub. Parametrised by sender implementation."""
+with a real fill from the fake Hub. Parametrised by sender implementation and by
+process layout (one listener in-process; two listeners as worker processes)."""
 
 import hashlib
 import os
@@ -12,13 +13,33 @@ import requests
 
 from pulsys.testing.fake_hub import sha256_hex
 
-SENDERS = [pytest.param("linux", id="linux-sendfile",
-                        marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")),
-           pytest.param("portable", id="portable")]
+def _uring_ok():
+    from pulsys.platform import PlatformFacts
+    f = PlatformFacts.probe()
+    return f.uring_ok, f.uring_error
+
+
+_LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+_URING_OK, _URING_WHY = _uring_ok()
+# (io_uring setting, sendfile setting): every backend x sender this machine can run
+SENDERS = [pytest.param(("on", "linux"), id="uring-linux-sendfile",
+                        marks=pytest.mark.skipif(not _URING_OK, reason="io_uring: %s" % _URING_WHY)),
+           pytest.param(("off", "linux"), id="selector-linux-sendfile", marks=_LINUX),
+           pytest.param(("off", "portable"), id="selector-portable")]
 
 BODY = os.urandom(2 * 1024 * 1024 + 123)
 BIG = os.urandom(24 * 1024 * 1024 + 7)
 SMALL = b'{"model_type": "bert"}'
+
+
+# answered by the reactor's parser and router alone, which no process layout changes
+PARSER_ONLY = {"test_malformed_requests_get_4xx_and_close_and_the_server_keeps_serving",
+               "test_oversized_head_is_431", "test_unknown_route_is_404_and_keeps_the_connection"}
+
+
+def pytest_generate_tests(metafunc):
+    if "listeners" in metafunc.fixturenames and metafunc.function.__name__ not in PARSER_ONLY:
+        metafunc.parametrize("listeners", [1, 2], ids=["1-listener", "2-listeners"])
 
 
 @pytest.fixture(params=SENDERS)
@@ -26,7 +47,8 @@ def warm(request, hub, make_server):
     """A server whose cache already holds org/m's files (one cold round done)."""
     commit = hub.add_repo("org/m", files={"model.safetensors": BODY, "config.json": SMALL,
                                           "big.safetensors": BIG})
-    srv = make_server(hub, sendfile=request.param)
+    iouring, sendfile = request.param
+    srv = make_server(hub, sendfile=sendfile, iouring=iouring)
     r = requests.get(srv.url + "/org/m/resolve/main/model.safetensors", timeout=30)
     assert r.status_code == 200 and r.content == BODY
     hub.reset_counters()

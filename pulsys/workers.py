@@ -1,0 +1,414 @@
+"""Worker processes for `--listeners N` with N > 1 (docs/decisions/0006).
+
+Under the GIL, reactor threads in one process take turns; reactors in separate
+processes do not. So with N > 1 the parent keeps the upstream plane (fill pool,
+authoritative index, in-flight fills), the admin listener and the N listening sockets,
+and runs one worker process per listening socket. A worker is one reactor thread (the
+process's main thread) plus two IPC threads and a counter thread; it serves warm hits
+from its own replica of the index and sends everything else to the parent as a Job.
+
+Workers are started with fork+exec (subprocess), never a bare fork: the parent is
+multi-threaded by the time it must restart a worker, and a fork of a threaded process
+may inherit locks held by threads that do not exist in the child. The worker gets its
+listening socket, its end of the socketpair and the counter table as inherited fds.
+
+Counters: each worker copies its reactor's counter list into its row of a shared
+int64 table (an mmap of an unlinked temporary file, also inherited) every 0.1 s; the
+parent sums the rows with its own pool counters. A dead worker's last row is folded
+into a `retired` row so totals never go backwards.
+"""
+
+import array
+import collections
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from pulsys import ipc
+from pulsys import metrics as M
+from pulsys.cache.index import Index
+from pulsys.cache.store import Store
+from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
+from pulsys.platform import load_sender
+from pulsys.reactor import backend_class, select_backend
+from pulsys.reactor.fdcache import FdCache
+from pulsys.reactor.mailbox import Mailbox
+
+ROW = len(M.NAMES) + 1            # the reactor's counters, then its open connections
+OPEN_CONNECTIONS = len(M.NAMES)
+COUNTER_INTERVAL = 0.1            # seconds between a worker's counter copies
+LINK_TIMEOUT = 10.0               # a worker that reads nothing for this long is restarted
+START_TIMEOUT = 30.0              # every worker must be ready within this at startup
+STOP_GRACE = 5.0                  # SIGTERM, then SIGKILL after this many seconds
+CRASH_LOOP = (5, 10.0)            # more than 5 restarts within 10 s: give up, exit 1
+
+
+class WorkerError(Exception):
+    """The workers cannot be kept running; the message is for the operator."""
+
+
+# -- counters -----------------------------------------------------------------------
+
+
+class CounterTable:
+    """Parent side: one int64 row of ROW values per worker, shared with the workers."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.file = tempfile.TemporaryFile(prefix="pulsys-counters-")
+        self.file.truncate(max(rows * ROW * 8, mmap.PAGESIZE))
+        self.mm = mmap.mmap(self.file.fileno(), rows * ROW * 8)
+        self.view = memoryview(self.mm).cast("q")
+        self.retired = [0] * len(M.NAMES)
+
+    def fileno(self):
+        return self.file.fileno()
+
+    def row(self, i):
+        return self.view[i * ROW:(i + 1) * ROW].tolist()
+
+    def retire(self, i):
+        """Worker i is dead: keep its counts, clear its row for the next one."""
+        r = self.row(i)
+        for k in range(len(M.NAMES)):
+            self.retired[k] += r[k]
+        self.view[i * ROW:(i + 1) * ROW] = array.array("q", bytes(ROW * 8))
+
+    def close(self):
+        self.view.release()
+        self.mm.close()
+        self.file.close()
+
+
+class CounterPublisher(threading.Thread):
+    """Worker side: copies the reactor's counters into this worker's row."""
+
+    def __init__(self, fd, row, reactor, interval=COUNTER_INTERVAL):
+        super().__init__(name="pulsys-counters", daemon=True)
+        self.mm = mmap.mmap(fd, (row + 1) * ROW * 8)
+        self.view = memoryview(self.mm).cast("q")[row * ROW:(row + 1) * ROW]
+        self.reactor = reactor
+        self.interval = interval
+        self.halt = threading.Event()
+
+    def flush(self):
+        vals = array.array("q", self.reactor.counters)
+        vals.append(len(self.reactor.conns))
+        self.view[:] = vals
+
+    def run(self):
+        while not self.halt.wait(self.interval):
+            self.flush()
+        self.flush()
+
+
+# -- worker process -----------------------------------------------------------------
+
+
+class _ReplicaStore(Store):
+    """A worker reads the cache's metadata and never removes anything: temp files under
+    meta/ may be the parent's writes in progress."""
+
+    def discard(self, part_path):
+        pass
+
+
+class _LineStream:
+    """Access-log stream for a worker: writes whole lines, at most PIPE_BUF bytes per
+    write(2), so lines from several processes sharing stderr never interleave."""
+
+    LIMIT = 4096
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def write(self, text):
+        data = memoryview(text.encode("utf-8", "backslashreplace"))
+        while data:
+            cut = len(data)
+            if cut > self.LIMIT:
+                nl = bytes(data[:self.LIMIT]).rfind(b"\n")
+                cut = nl + 1 if nl >= 0 else self.LIMIT
+            chunk = data[:cut]
+            while chunk:
+                n = os.write(self.fd, chunk)
+                chunk = chunk[n:]
+            data = data[cut:]
+
+    def flush(self):
+        pass
+
+
+def worker_main(ipc_fd, listener_fd, counters_fd, row):
+    """Entry point of a worker process (started by Supervisor). Returns the exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides when workers stop
+    link = ipc.Link(socket.socket(fileno=ipc_fd))
+    hello = link.recv()
+    if hello is None or hello[0] != ipc.HELLO:
+        return 2
+    _, worker_no, config, facts = hello
+    configure(config.log_format, config.log_level)
+    log = get_logger("worker").bind(worker=worker_no)
+    listener = socket.socket(fileno=listener_fd)
+    listener.setblocking(False)
+    index = Index()
+    mailbox = Mailbox()
+    box = {}
+
+    def on_eof():
+        r = box.get("reactor")
+        if r is not None:
+            r.stop()
+        else:
+            os._exit(0)
+    client = ipc.ParentClient(link, index, on_eof)
+    client.start()
+    store = _ReplicaStore(config.cache_dir)
+    store.load(index, config.revision_ttl, time.monotonic())
+    client.loaded()
+    sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
+    backend = select_backend(facts, config.iouring)
+    access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
+    reactor = backend_class(backend)(listener, index, client.submit, mailbox, sender, FdCache(),
+                                     access, max_connections=config.max_connections)
+    box["reactor"] = reactor
+    signal.signal(signal.SIGTERM, lambda *_: reactor.stop())
+    counters = CounterPublisher(counters_fd, row, reactor)
+    counters.start()
+    writer = None
+    if access is not None:
+        writer = AccessLogWriter([access], config.log_format, stream=_LineStream(2))
+        writer.start()
+    client.send((ipc.READY, os.getpid(), backend, sender_name, len(index)))
+    code = 0
+    try:
+        reactor.run()
+    except BaseException:
+        log.exception("reactor crashed", backend=reactor.name)
+        code = 1
+    finally:
+        counters.halt.set()
+        counters.join(timeout=2)
+        if writer is not None:
+            writer.stop()
+            writer.join(timeout=2)
+        client.stop()
+    return code
+
+
+# -- parent side ------------------------------------------------------------------------
+
+
+class _Slot:
+    __slots__ = ("no", "listener", "proc", "link", "reader", "ready", "info", "restarts",
+                 "started")
+
+    def __init__(self, no, listener):
+        self.no = no
+        self.listener = listener
+        self.proc = None
+        self.link = None
+        self.reader = None
+        self.ready = threading.Event()
+        self.info = {}
+        self.restarts = 0
+        self.started = 0.0
+
+
+def _exit_text(rc):
+    if rc < 0:
+        try:
+            return "killed by %s" % signal.Signals(-rc).name
+        except ValueError:
+            return "killed by signal %d" % -rc
+    return "exit code %d" % rc
+
+
+class Supervisor:
+    """Starts one worker per listening socket, restarts the ones that die, stops them.
+
+    `submit` is the fill pool's submit; `replicas` and `relays` are the parent's ends of
+    the index broadcast and the fill progress relay (pulsys.ipc)."""
+
+    def __init__(self, config, facts, listeners, replicas, relays, submit, tmp_dir):
+        self.config = config
+        self.tmp_dir = tmp_dir
+        self.facts = facts
+        self.replicas = replicas
+        self.relays = relays
+        self.submit = submit
+        self.slots = [_Slot(i, lst) for i, lst in enumerate(listeners)]
+        self.table = CounterTable(len(self.slots))
+        self.deaths = collections.deque()
+        self.stopping = False
+        self.log = get_logger("supervisor")
+        pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self._code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; "
+                      "sys.path.insert(0, %r); from pulsys.workers import worker_main; "
+                      "raise SystemExit(worker_main(%%d, %%d, %%d, %%d))" % pkg_dir)
+
+    # -- start ---------------------------------------------------------------------
+
+    def _spawn(self, slot):
+        psock, csock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        link = ipc.Link(psock, timeout=LINK_TIMEOUT)
+        # HELLO is the first frame; registering under the link's lock makes every index
+        # broadcast from now on follow it, so the worker misses none of them.
+        with link.lock:
+            self.replicas.add(link)
+            link.send_frame_locked(ipc.encode((ipc.HELLO, slot.no, self.config, self.facts)))
+        fds = (csock.fileno(), slot.listener.fileno(), self.table.fileno())
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", self._code % (fds + (slot.no,))],
+                pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)
+        except BaseException:
+            self.replicas.remove(link)
+            link.close()
+            raise
+        finally:
+            csock.close()
+        slot.proc, slot.link, slot.started = proc, link, time.monotonic()
+        slot.ready.clear()
+        slot.info = {}
+        slot.reader = threading.Thread(target=self._serve, args=(slot, link),
+                                       name="pulsys-worker-%d" % slot.no, daemon=True)
+        slot.reader.start()
+
+    def _serve(self, slot, link):
+        def on_ready(msg):
+            _, pid, backend, sender, entries = msg
+            slot.info = {"pid": pid, "backend": backend, "sender": sender,
+                         "index_entries_at_start": entries}
+            slot.ready.set()
+        try:
+            ipc.serve_worker(link, self.submit, self.relays, on_ready)
+        except Exception:
+            self.log.exception("worker link failed", worker=slot.no)
+        finally:
+            self.replicas.remove(link)
+            link.shutdown()
+
+    def start(self):
+        """Start every worker and wait until each is ready. Raises WorkerError."""
+        for slot in self.slots:
+            try:
+                self._spawn(slot)
+            except OSError as e:
+                raise WorkerError("cannot start worker %d: %s" % (slot.no, e.strerror or e)) from None
+        deadline = time.monotonic() + START_TIMEOUT
+        for slot in self.slots:
+            while not slot.ready.wait(0.05):
+                rc = slot.proc.poll()
+                if rc is not None:
+                    raise WorkerError("worker %d exited during startup (%s)" % (slot.no, _exit_text(rc)))
+                if time.monotonic() > deadline:
+                    raise WorkerError("worker %d not ready after %.0f s" % (slot.no, START_TIMEOUT))
+        return self
+
+    # -- supervise --------------------------------------------------------------------
+
+    def check(self):
+        """Restart dead workers. Raises WorkerError on a crash loop. Call periodically."""
+        for slot in self.slots:
+            if self.stopping:
+                return
+            rc = slot.proc.poll()
+            if rc is None:
+                if slot.link.broken and not slot.reader.is_alive():
+                    slot.proc.kill()      # the link is gone: a worker cannot serve without it
+                continue
+            self._restart(slot, rc)
+
+    def _restart(self, slot, rc):
+        now = time.monotonic()
+        self.deaths.append(now)
+        while self.deaths and self.deaths[0] < now - CRASH_LOOP[1]:
+            self.deaths.popleft()
+        self.log.warning("worker exited; restarting it", worker=slot.no, pid=slot.proc.pid,
+                         status=_exit_text(rc), uptime_seconds=round(now - slot.started, 3))
+        slot.link.close()
+        slot.reader.join(timeout=2)
+        self.table.retire(slot.no)
+        self._remove_pins(slot.proc.pid)
+        if len(self.deaths) > CRASH_LOOP[0]:
+            raise WorkerError("workers keep dying: %d restarts within %.0f s (last: worker %d, %s)"
+                              % (len(self.deaths), CRASH_LOOP[1], slot.no, _exit_text(rc)))
+        slot.restarts += 1
+        try:
+            self._spawn(slot)
+        except OSError as e:
+            raise WorkerError("cannot restart worker %d: %s" % (slot.no, e.strerror or e)) from None
+
+    def _remove_pins(self, pid):
+        """A dead worker's hard links to part files (pulsys.ipc.ParentClient._pin)."""
+        suffix = ".part.w%d" % pid
+        try:
+            names = [n for n in os.listdir(self.tmp_dir) if n.endswith(suffix)]
+        except OSError:
+            return
+        for n in names:
+            try:
+                os.unlink(os.path.join(self.tmp_dir, n))
+            except OSError:
+                pass
+
+    # -- stop -------------------------------------------------------------------------
+
+    def stop(self):
+        """SIGTERM every worker by PID, SIGKILL those still alive after STOP_GRACE."""
+        self.stopping = True
+        procs = [s.proc for s in self.slots if s.proc is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + STOP_GRACE
+        for p in procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for s in self.slots:
+            if s.link is not None:
+                s.link.close()
+            if s.proc is not None:
+                self._remove_pins(s.proc.pid)
+        for s in self.slots:
+            if s.reader is not None:
+                s.reader.join(timeout=2)
+        self.table.close()
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def counter_lists(self):
+        """Every worker's counters (live rows and the dead ones' totals)."""
+        return [self.table.retired] + [self.table.row(s.no)[:len(M.NAMES)] for s in self.slots]
+
+    def open_connections(self):
+        return sum(self.table.row(s.no)[OPEN_CONNECTIONS] for s in self.slots)
+
+    def describe(self):
+        out = []
+        for s in self.slots:
+            row = self.table.row(s.no)
+            d = {"worker": s.no, "pid": s.proc.pid if s.proc else None,
+                 "alive": s.proc is not None and s.proc.poll() is None,
+                 "ready": s.ready.is_set(), "restarts": s.restarts,
+                 "open_connections": row[OPEN_CONNECTIONS],
+                 "counters": dict(zip(M.NAMES, row))}
+            d.update(s.info)
+            out.append(d)
+        return out
+
+    def backend(self):
+        for s in self.slots:
+            if s.info.get("backend"):
+                return s.info["backend"], s.info["sender"]
+        return None, None

@@ -1,0 +1,177 @@
+"""The parent <-> worker protocol without processes: frames over a socketpair, the fill
+progress relay, and the worker-side client that feeds local Fills and the index."""
+
+import os
+import pickle
+import socket
+import threading
+import time
+
+from pulsys import ipc
+from pulsys.cache.index import Index
+from pulsys.cache.inflight import DONE, FAILED, RUNNING, Inflight
+from pulsys.http1.heads import prepare
+from pulsys.model import target as T
+from pulsys.model.entry import FILE, Entry
+from pulsys.model.job import Job, Reply
+
+
+def pair():
+    a, b = socket.socketpair()
+    return ipc.Link(a, timeout=5), ipc.Link(b)
+
+
+def file_entry(key="k", blob_path=None):
+    e = Entry(FILE, key, 10, "ab" * 32, "c" * 40, True, "sha256/" + "ab" * 32, blob_path,
+              "application/octet-stream")
+    return prepare(e)
+
+
+def test_frames_carry_entries_without_their_rendered_heads():
+    parent, worker = pair()
+    e = file_entry(blob_path="/b")
+    assert e.heads is not None
+    big = b"x" * (3 << 20)                      # larger than the socket buffer: sent while read
+    msgs = []
+    reader = threading.Thread(target=lambda: msgs.extend([worker.recv(), worker.recv()]))
+    reader.start()
+    parent.send((ipc.PUBLISH, e))
+    parent.send((ipc.JOB, 1, T.Target(T.RESOLVE, "model", "o/r", "main", "f"), "GET", "h", big, None))
+    reader.join(5)
+    kind, got = msgs[0]
+    assert kind == ipc.PUBLISH and got.heads is None
+    assert all(getattr(got, n) == getattr(e, n) for n in Entry.__slots__ if n != "heads")
+    msg = msgs[1]
+    assert msg[0] == ipc.JOB and msg[2].repo == "o/r" and msg[5] == big
+    parent.close()
+    assert worker.recv() is None and worker.broken
+
+
+def test_a_broken_link_refuses_sends():
+    parent, worker = pair()
+    worker.close()
+    assert parent.send((ipc.REMOVE, "k")) is False and parent.broken
+    assert parent.send((ipc.REMOVE, "k")) is False
+
+
+def test_fill_listeners_see_every_change_and_none_after_the_end():
+    f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
+    seen = []
+    assert f.add_listener(lambda fill: seen.append((fill.available, fill.state)))
+    f.progress(4)
+    f.progress(10)
+    f.finish(file_entry())
+    assert seen == [(4, RUNNING), (9, RUNNING), (10, DONE)]      # last byte held back until done
+    assert f.add_listener(lambda fill: None) is False
+
+
+class FakeLink:
+    def __init__(self):
+        self.frames = []
+
+    def send(self, msg):
+        self.frames.append(msg)
+        return True
+
+    def send_frame(self, data):
+        self.frames.append(pickle.loads(data[8:]))
+        return True
+
+
+def test_the_relay_sends_the_reply_snapshot_before_progress_and_stops_at_the_end():
+    relays = ipc.FillRelays()
+    f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
+    a, b = FakeLink(), FakeLink()
+    f.progress(3)
+    relays.reply(a, 1, Reply(file_entry(), f, "fill"))
+    f.progress(6)
+    relays.reply(b, 2, Reply(file_entry(), f, "fill-join"))
+    assert relays.count() == 1
+    f.fail(RuntimeError("bad hash"))
+    relays.reply(a, 3, Reply(file_entry(), f, "fill-join"))
+    ops = [(m[0], m[4][4] if m[0] == ipc.REPLY else m[2]) for m in a.frames]
+    assert ops == [(ipc.REPLY, 3), (ipc.PROGRESS, 6), (ipc.PROGRESS, 6), (ipc.REPLY, 6)]
+    assert a.frames[2][3] == FAILED and a.frames[2][5] == "bad hash" and a.frames[3][4][5] == FAILED
+    assert [m[0] for m in b.frames] == [ipc.REPLY, ipc.PROGRESS]
+    assert relays.count() == 0
+
+
+def run_client():
+    parent, worker = pair()
+    index = Index()
+    eof = threading.Event()
+    client = ipc.ParentClient(worker, index, eof.set)
+    client.start()
+    client.loaded()
+    return parent, client, index, eof
+
+
+def submit(client, replies):
+    got = threading.Event()
+
+    def reply(r):
+        replies.append(r)
+        got.set()
+    client.submit(Job(T.Target(T.RESOLVE, "model", "o/r", "main", "f"), "GET", "h", b"", None, reply))
+    return got
+
+
+def test_the_worker_streams_from_a_hard_link_that_outlives_the_commit(tmp_path):
+    parent, client, index, eof = run_client()
+    part = tmp_path / "x.part"
+    part.write_bytes(b"0123")
+    replies = []
+    got = submit(client, replies)
+    job = parent.recv()
+    assert job[0] == ipc.JOB
+    parent.send((ipc.REPLY, job[1], file_entry(), "fill", (7, "b", 10, str(part), 4, RUNNING, None, None)))
+    assert got.wait(5)
+    f = replies[0].fill
+    assert f.part_path == "%s.w%d" % (part, os.getpid()) and f.available == 4
+    part.rename(tmp_path / "blob")                    # the parent commits the blob
+    assert open(f.part_path, "rb").read() == b"0123"
+    done = file_entry(blob_path=str(tmp_path / "blob"))
+    woke = threading.Event()
+    assert f.wait(4, lambda fn, arg: fn(arg), lambda _: woke.set(), None)
+    parent.send((ipc.PROGRESS, 7, 10, DONE, done, None))
+    assert woke.wait(5) and f.state == DONE and f.entry.blob_path == done.blob_path
+    assert not os.path.exists(f.part_path) and client.proxies == {}
+    parent.close()
+    assert eof.wait(5)
+
+
+def test_a_reply_for_a_part_file_already_gone_waits_for_the_fill_to_end(tmp_path):
+    parent, client, index, eof = run_client()
+    replies = []
+    got = submit(client, replies)
+    job = parent.recv()
+    parent.send((ipc.REPLY, job[1], file_entry(), "fill",
+                 (9, "b", 10, str(tmp_path / "gone.part"), 9, RUNNING, None, None)))
+    assert not got.wait(0.3)
+    parent.send((ipc.PROGRESS, 9, 10, DONE, file_entry(blob_path="/blob"), None))
+    assert got.wait(5) and replies[0].fill.state == DONE and replies[0].fill.entry.blob_path == "/blob"
+    parent.close()
+
+
+def test_index_broadcasts_that_arrive_while_the_disk_index_loads_are_applied_after_it():
+    parent, worker = pair()
+    index = Index()
+    client = ipc.ParentClient(worker, index, lambda: None)
+    client.start()
+    newer = file_entry("k", blob_path="/new")
+    parent.send((ipc.PUBLISH, newer))
+    parent.send((ipc.SET_REV, "model", "o/r", "main", "c" * 40, 1e18, 0.0))
+    parent.send((ipc.PUBLISH, file_entry("gone")))
+    parent.send((ipc.REMOVE, "gone"))
+    time.sleep(0.2)
+    index.publish(file_entry("k", blob_path="/old-from-disk"))     # what the disk load found
+    assert index.get("k").blob_path == "/old-from-disk"
+    client.loaded()
+    assert index.get("k").blob_path == "/new" and index.get("gone") is None
+    assert index.rev("model", "o/r", "main").commit == "c" * 40
+    parent.send((ipc.PUBLISH, file_entry("later")))
+    deadline = time.monotonic() + 5
+    while index.get("later") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert index.get("later") is not None
+    parent.close()
