@@ -166,7 +166,7 @@ class ProcessServer(_Base):
         self._build(config, ReplicatingIndex(self.replicas))
         self.relays = FillRelays()
         self.supervisor = Supervisor(config, self.facts, self.listeners, self.replicas, self.relays,
-                                     self.pool.submit, self.store.tmp)
+                                     self.pool.submit)
 
     def vars(self):
         sup = self.supervisor

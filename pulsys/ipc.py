@@ -26,7 +26,6 @@ monotonic times: CLOCK_MONOTONIC is one clock for every process of a boot.
 
 import io
 import itertools
-import os
 import pickle
 import queue
 import struct
@@ -304,15 +303,13 @@ class ParentClient:
     that applies index broadcasts and turns replies and fill progress into mailbox posts
     (through the reply callables and Fill wake-ups the reactor set up)."""
 
-    def __init__(self, link, index, on_eof):
+    def __init__(self, link, index, on_eof, blob_path=None):
         self.link = link
+        self.blob_path = blob_path      # blob id -> path of the committed blob (Store.blob_path)
         self.index = index
         self.on_eof = on_eof
         self.pending = {}               # job id -> the reactor's reply callable
         self.proxies = {}               # fill token -> local Fill fed by PROGRESS frames
-        self.pins = {}                  # fill token -> this worker's hard link to its part file
-        self.held = {}                  # fill token -> replies waiting for the fill to end
-        self.pid = os.getpid()
         self._ids = itertools.count(1)
         self._out = queue.SimpleQueue()
         self._held = []                 # index frames that arrive while the disk index loads
@@ -383,20 +380,14 @@ class ParentClient:
             f = self.proxies.get(token)
             if f is None:
                 f = Fill(blob_id, size, part_path)
+                if self.blob_path is not None:
+                    # where the parent renames the verified part file: a reactor that finds
+                    # the part file gone before the DONE frame arrives reads the blob
+                    f.final_path = self.blob_path(blob_id)
                 if state == RUNNING:
                     self.proxies[token] = f
-                    pin = self._pin(part_path)
-                    if pin is None:
-                        self.held[token] = []
-                    else:
-                        f.part_path = self.pins[token] = pin
             self._advance(token, f, available, state, fentry, error)
-            if reply is None:
-                return
-            held = self.held.get(token)
-            if held is not None:
-                held.append((reply, entry, outcome))
-            else:
+            if reply is not None:
                 reply(Reply(entry, f, outcome))
         elif op in (PUBLISH, SET_REV, REMOVE):
             if self._loading:
@@ -405,23 +396,6 @@ class ParentClient:
                         self._held.append(msg)
                         return
             self._apply_index(msg)
-
-    def _pin(self, part_path):
-        """A hard link to a running fill's part file, so the path this worker's reactor
-        opens stays valid when the parent commits the blob (renames the part file) before
-        the DONE frame arrives. None when the part file is already gone (committed or
-        failed): replies then wait for the fill's final frame. Without hard links, the
-        part path itself."""
-        pin = "%s.w%d" % (part_path, self.pid)
-        try:
-            os.link(part_path, pin)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            return None
-        except OSError:
-            return part_path
-        return pin
 
     def _advance(self, token, f, available, state, entry, error):
         if state == RUNNING:
@@ -434,14 +408,6 @@ class ParentClient:
             else:
                 f.fail(error or "fill failed")
         self.proxies.pop(token, None)
-        pin = self.pins.pop(token, None)
-        if pin is not None:
-            try:
-                os.unlink(pin)
-            except OSError:
-                pass
-        for reply, e, outcome in self.held.pop(token, ()):
-            reply(Reply(e, f, outcome))
 
     def _apply_index(self, msg):
         op = msg[0]

@@ -167,9 +167,9 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
             r.stop()
         else:
             os._exit(0)
-    client = ipc.ParentClient(link, index, on_eof)
-    client.start()
     store = _ReplicaStore(config.cache_dir)
+    client = ipc.ParentClient(link, index, on_eof, store.blob_path)
+    client.start()
     store.load(index, config.revision_ttl, time.monotonic())
     client.loaded()
     sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
@@ -236,9 +236,8 @@ class Supervisor:
     `submit` is the fill pool's submit; `replicas` and `relays` are the parent's ends of
     the index broadcast and the fill progress relay (pulsys.ipc)."""
 
-    def __init__(self, config, facts, listeners, replicas, relays, submit, tmp_dir):
+    def __init__(self, config, facts, listeners, replicas, relays, submit):
         self.config = config
-        self.tmp_dir = tmp_dir
         self.facts = facts
         self.replicas = replicas
         self.relays = relays
@@ -336,7 +335,6 @@ class Supervisor:
         slot.link.close()
         slot.reader.join(timeout=2)
         self.table.retire(slot.no)
-        self._remove_pins(slot.proc.pid)
         if len(self.deaths) > CRASH_LOOP[0]:
             raise WorkerError("workers keep dying: %d restarts within %.0f s (last: worker %d, %s)"
                               % (len(self.deaths), CRASH_LOOP[1], slot.no, _exit_text(rc)))
@@ -345,19 +343,6 @@ class Supervisor:
             self._spawn(slot)
         except OSError as e:
             raise WorkerError("cannot restart worker %d: %s" % (slot.no, e.strerror or e)) from None
-
-    def _remove_pins(self, pid):
-        """A dead worker's hard links to part files (pulsys.ipc.ParentClient._pin)."""
-        suffix = ".part.w%d" % pid
-        try:
-            names = [n for n in os.listdir(self.tmp_dir) if n.endswith(suffix)]
-        except OSError:
-            return
-        for n in names:
-            try:
-                os.unlink(os.path.join(self.tmp_dir, n))
-            except OSError:
-                pass
 
     # -- stop -------------------------------------------------------------------------
 
@@ -378,8 +363,6 @@ class Supervisor:
         for s in self.slots:
             if s.link is not None:
                 s.link.close()
-            if s.proc is not None:
-                self._remove_pins(s.proc.pid)
         for s in self.slots:
             if s.reader is not None:
                 s.reader.join(timeout=2)

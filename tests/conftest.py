@@ -50,11 +50,16 @@ class ProcServer:
         self.pid = self.proc.pid
         self._load_stats = None
         started = self._wait_started(start_timeout)
-        host, port = started["listen"].rsplit("/", 1)[1].rsplit(":", 1)
-        self.address = (host, int(port))
-        self.url = started["listen"]
-        self.admin_url = started["admin"]
-        self.worker_pids = started.get("workers", [])
+        try:
+            host, port = started["listen"].rsplit("/", 1)[1].rsplit(":", 1)
+            self.address = (host, int(port))
+            self.url = started["listen"]
+            self.admin_url = started["admin"]
+            self.worker_pids = started.get("workers", [])
+        except BaseException:
+            self.stop()
+            self.shutdown()
+            raise
 
     def _wait_started(self, timeout):
         deadline = time.monotonic() + timeout

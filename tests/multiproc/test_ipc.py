@@ -96,11 +96,11 @@ def test_the_relay_sends_the_reply_snapshot_before_progress_and_stops_at_the_end
     assert relays.count() == 0
 
 
-def run_client():
+def run_client(blob_dir):
     parent, worker = pair()
     index = Index()
     eof = threading.Event()
-    client = ipc.ParentClient(worker, index, eof.set)
+    client = ipc.ParentClient(worker, index, eof.set, lambda blob_id: os.path.join(blob_dir, blob_id))
     client.start()
     client.loaded()
     return parent, client, index, eof
@@ -116,40 +116,42 @@ def submit(client, replies):
     return got
 
 
-def test_the_worker_streams_from_a_hard_link_that_outlives_the_commit(tmp_path):
-    parent, client, index, eof = run_client()
-    part = tmp_path / "x.part"
-    part.write_bytes(b"0123")
+def test_a_worker_streams_from_a_local_fill_fed_by_progress_frames(tmp_path):
+    parent, client, index, eof = run_client(str(tmp_path))
     replies = []
     got = submit(client, replies)
     job = parent.recv()
     assert job[0] == ipc.JOB
-    parent.send((ipc.REPLY, job[1], file_entry(), "fill", (7, "b", 10, str(part), 4, RUNNING, None, None)))
+    part = str(tmp_path / "x.part")
+    parent.send((ipc.REPLY, job[1], file_entry(), "fill", (7, "b", 10, part, 4, RUNNING, None, None)))
     assert got.wait(5)
     f = replies[0].fill
-    assert f.part_path == "%s.w%d" % (part, os.getpid()) and f.available == 4
-    part.rename(tmp_path / "blob")                    # the parent commits the blob
-    assert open(f.part_path, "rb").read() == b"0123"
-    done = file_entry(blob_path=str(tmp_path / "blob"))
+    assert (f.part_path, f.available, f.state) == (part, 4, RUNNING)
+    # the parent renames the verified part file to the blob before DONE can arrive
+    assert f.final_path == str(tmp_path / "b")
     woke = threading.Event()
     assert f.wait(4, lambda fn, arg: fn(arg), lambda _: woke.set(), None)
+    parent.send((ipc.PROGRESS, 7, 9, RUNNING, None, None))
+    assert woke.wait(5) and f.available == 9
+    done = file_entry(blob_path=str(tmp_path / "b"))
+    woke.clear()
+    assert f.wait(9, lambda fn, arg: fn(arg), lambda _: woke.set(), None)
     parent.send((ipc.PROGRESS, 7, 10, DONE, done, None))
-    assert woke.wait(5) and f.state == DONE and f.entry.blob_path == done.blob_path
-    assert not os.path.exists(f.part_path) and client.proxies == {}
+    assert woke.wait(5) and f.state == DONE and f.available == 10
+    assert f.entry.blob_path == done.blob_path and client.proxies == {}
     parent.close()
     assert eof.wait(5)
 
 
-def test_a_reply_for_a_part_file_already_gone_waits_for_the_fill_to_end(tmp_path):
-    parent, client, index, eof = run_client()
+def test_a_reply_for_a_fill_that_already_ended_carries_its_final_state(tmp_path):
+    parent, client, index, eof = run_client(str(tmp_path))
     replies = []
     got = submit(client, replies)
     job = parent.recv()
-    parent.send((ipc.REPLY, job[1], file_entry(), "fill",
-                 (9, "b", 10, str(tmp_path / "gone.part"), 9, RUNNING, None, None)))
-    assert not got.wait(0.3)
-    parent.send((ipc.PROGRESS, 9, 10, DONE, file_entry(blob_path="/blob"), None))
-    assert got.wait(5) and replies[0].fill.state == DONE and replies[0].fill.entry.blob_path == "/blob"
+    parent.send((ipc.REPLY, job[1], file_entry(), "fill-join",
+                 (9, "b", 10, str(tmp_path / "gone.part"), 9, FAILED, None, "bad hash")))
+    assert got.wait(5) and replies[0].fill.state == FAILED and replies[0].fill.error == "bad hash"
+    assert client.proxies == {}
     parent.close()
 
 
