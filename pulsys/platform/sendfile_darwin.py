@@ -14,14 +14,9 @@ import sys
 if sys.platform != "darwin":
     raise ImportError("sendfile_darwin is macOS only")
 
+from pulsys.platform.sendfile_portable import send_head  # noqa: E402,F401  (same on macOS)
+
 _sendfile = os.sendfile
-
-
-def send_head(sock, view, more):
-    try:
-        return sock.send(view)
-    except BlockingIOError:
-        return 0
 
 
 def send_body(out_fd, file_fd, offset, count):

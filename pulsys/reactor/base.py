@@ -44,8 +44,11 @@ _LOCAL = {
 class ReactorBase:
     name = "base"
 
-    def __init__(self, index, submit, mailbox, sender, fdcache, access_log=None,
-                 idle_timeout=75.0, header_timeout=30.0, send_timeout=300.0):
+    def __init__(self, listener, index, submit, mailbox, sender, fdcache, access_log=None,
+                 idle_timeout=75.0, header_timeout=30.0, send_timeout=300.0, max_connections=10000):
+        self.listener = listener
+        self.max_connections = max_connections
+        self.stopping = False
         self.index = index
         self.submit = submit
         self.mailbox = mailbox
@@ -390,3 +393,8 @@ class ReactorBase:
 
     def want(self, conn, events):
         raise NotImplementedError
+
+    def stop(self):
+        """Ask the loop to end; safe from any thread (the mailbox wakes it)."""
+        self.stopping = True
+        self.mailbox.post(lambda _: None, None)

@@ -21,12 +21,9 @@ _EV = {1: selectors.EVENT_READ, 2: selectors.EVENT_WRITE}
 class SelectorReactor(ReactorBase):
     name = "selector"
 
-    def __init__(self, listener, *args, max_connections=10000, **kw):
+    def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.listener = listener
-        self.max_connections = max_connections
         self.sel = selectors.DefaultSelector()
-        self.stopping = False
 
     def want(self, conn, events):
         cur = conn.events
@@ -92,7 +89,3 @@ class SelectorReactor(ReactorBase):
                 self.close(conn)
             sel.close()
             self.fdcache.close_all()
-
-    def stop(self):
-        self.stopping = True
-        self.mailbox.post(lambda _: None, None)

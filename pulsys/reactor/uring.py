@@ -32,14 +32,11 @@ IBUF_SIZE = 16 * 1024
 class UringReactor(ReactorBase):
     name = "uring"
 
-    def __init__(self, listener, *args, max_connections=10000, **kw):
+    def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.listener = listener
-        self.max_connections = max_connections
         self.ring = None
         self.zombies = {}
-        self.stopping = False
-        self.family = listener.family
+        self.family = self.listener.family
 
     # -- hooks the shared step calls ---------------------------------------------------
 
@@ -236,7 +233,3 @@ class UringReactor(ReactorBase):
                 ReactorBase.release_socket(self, conn)
             self.zombies.clear()
             self.fdcache.close_all()
-
-    def stop(self):
-        self.stopping = True
-        self.mailbox.post(lambda _: None, None)
