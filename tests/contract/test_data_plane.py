@@ -207,3 +207,52 @@ def test_unknown_route_is_404_and_keeps_the_connection(warm, raw_client):
 
 def hubless_counters(srv):
     return srv.vars()
+
+
+SMALL_PATH = b"/org/m/resolve/main/config.json"
+
+
+@pytest.mark.parametrize("path,body", [(SMALL_PATH, SMALL), (LFS, BODY)], ids=["in-memory", "file"])
+def test_a_repeated_head_is_answered_like_the_first(warm, raw_client, path, body):
+    """Reactors remember heads by their exact bytes and skip the parser (and, on io_uring,
+    take a fused send path) when the same bytes come again: answers must not change."""
+    srv, commit = warm
+    c = raw_client(srv.address)
+    c.send(GET(path))
+    st, h, _ = c.response()
+    if st == 307:   # the Hub redirects regular files at a branch to /api/resolve-cache/...
+        path = h["location"].encode()
+    req = GET(path, b"User-Agent: t/1\r\n")
+    answers = []
+    for _ in range(4):
+        c.send(req)
+        answers.append(c.response())
+    c.send(req * 3)
+    answers += [c.response() for _ in range(3)]
+    for st, h, got in answers:
+        assert st == 200 and got == body and h["x-repo-commit"] == commit
+        assert {k: v for k, v in h.items() if k != "date"} == \
+            {k: v for k, v in answers[0][1].items() if k != "date"}
+    c.send(GET(path, b"User-Agent: t/1\r\nConnection: close\r\n"))
+    st, h, got = c.response()
+    assert st == 200 and got == body and h["connection"] == "close" and c.closed()
+
+
+def test_a_remembered_head_still_follows_the_revision(hub, make_server, raw_client):
+    hub.add_repo("org/r", files={"config.json": b"old"})
+    srv = make_server(hub, revision_ttl=0.3)
+    c = raw_client(srv.address)
+    req = GET(b"/org/r/resolve/main/config.json")
+
+    def fetch():
+        c.send(req)
+        st, h, got = c.response()
+        if st == 307:
+            c.send(GET(h["location"].encode()))
+            st, h, got = c.response()
+        return st, got, h["x-repo-commit"]
+    first = fetch()
+    assert first[:2] == (200, b"old") and fetch() == first and fetch() == first
+    new = hub.commit("org/r", {"config.json": b"new!"})
+    time.sleep(0.5)
+    assert fetch() == (200, b"new!", new)
