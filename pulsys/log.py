@@ -53,10 +53,14 @@ class AccessLog:
         self.append = self.buf.append
 
 
-_JSON_LINE = ('{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","duration_ms":%.3f,'
-              '"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n')
-_CONSOLE_LINE = ("%s.%06dZ [info     ] request                        bytes=%d cache=%s "
-                 "component=access duration_ms=%.3f method=%s path=%s status=%d\n")
+# A line is a memoised part (everything fixed by method, path, status, bytes, cache
+# outcome), the duration and the timestamp: the hit lines of a busy cache repeat their
+# fixed part, and json.dumps of the path alone cost ~1.3 us per line.
+_JSON_FIXED = '{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","duration_ms":'
+_JSON_LINE = '%s%.3f,"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n'
+_CONSOLE_FIXED = ("bytes=%d cache=%s component=access duration_ms=", " method=%s path=%s status=%d\n")
+_CONSOLE_LINE = "%s.%06dZ [info     ] request                        %s%.3f%s"
+_FIXED_MEMO = 4096
 
 
 class AccessLogWriter(threading.Thread):
@@ -78,6 +82,7 @@ class AccessLogWriter(threading.Thread):
         self._halt = threading.Event()
         self._sec = None
         self._sec_text = ""
+        self._memo = {}
         self._flush_lock = threading.Lock()   # flush() may also be called from outside
 
     def run(self):
@@ -85,35 +90,47 @@ class AccessLogWriter(threading.Thread):
             self.flush()
         self.flush()
 
-    def _stamp(self, wall):
-        sec = int(wall)
-        if sec != self._sec:
-            self._sec = sec
-            self._sec_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return self._sec_text, int((wall - sec) * 1e6)
-
     def flush(self):
         with self._flush_lock:
             self._flush()
 
+    def _fixed(self, key):
+        method, target, status, nbytes, outcome = key
+        if self.json:
+            part = _JSON_FIXED % (method, json.dumps(target), status, nbytes, outcome)
+        else:
+            shown = target if target.isprintable() else repr(target)
+            part = (_CONSOLE_FIXED[0] % (nbytes, outcome), _CONSOLE_FIXED[1] % (method, shown, status))
+        if len(self._memo) >= _FIXED_MEMO:
+            self._memo.clear()
+        self._memo[key] = part
+        return part
+
     def _flush(self):
         offset = time.time() - time.monotonic()
-        dumps, stamp, out = json.dumps, self._stamp, []
+        memo, fixed, js, out = self._memo, self._fixed, self.json, []
+        sec, sec_text = self._sec, self._sec_text
         for b in self.buffers:
             buf = b.buf
             while buf:
                 for _ in range(min(len(buf), self.SLICE)):
-                    t0, method, target, status, nbytes, outcome, seconds = buf.popleft()
-                    ts, us = stamp(t0 + offset)
-                    if self.json:
-                        out.append(_JSON_LINE % (method, dumps(target), status, nbytes, outcome,
-                                                 seconds * 1000, ts, us))
+                    rec = buf.popleft()
+                    key = rec[1:6]
+                    part = memo.get(key)
+                    if part is None:
+                        part = fixed(key)
+                    wall = rec[0] + offset
+                    s = int(wall)
+                    if s != sec:
+                        sec, sec_text = s, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s))
+                    if js:
+                        out.append(_JSON_LINE % (part, rec[6] * 1000, sec_text, int((wall - s) * 1e6)))
                     else:
-                        out.append(_CONSOLE_LINE % (ts, us, nbytes, outcome, seconds * 1000,
-                                                    method, target if target.isprintable() else repr(target),
-                                                    status))
+                        out.append(_CONSOLE_LINE % (sec_text, int((wall - s) * 1e6), part[0],
+                                                    rec[6] * 1000, part[1]))
                 self.stream.write("".join(out))
                 out.clear()
+        self._sec, self._sec_text = sec, sec_text
         try:
             self.stream.flush()
         except (OSError, ValueError):

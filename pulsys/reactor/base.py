@@ -34,6 +34,11 @@ HEAD_MEMO = 4096           # distinct GET/HEAD heads remembered per reactor
 HEAD_MEMO_MAX = 2048       # longer heads are parsed every time
 MAX_BODY = 1 << 20          # POST paths-info bodies are a few KiB; refuse more than 1 MiB
 BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
+# Body bytes one connection may send before the others get a turn. On loopback a fast
+# reader drains the socket as fast as sendfile fills it, so without a cap one 16 MiB
+# response holds the loop until done (nginx caps the same way: sendfile_max_chunk, 2m
+# by default since 1.21.4).
+SEND_TURN = 2 << 20
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 _LOCAL = {
@@ -322,8 +327,11 @@ class ReactorBase:
                 if more:
                     self.counters[M.FUSED_HEAD_BODY] += 1
             send_body = self.send_body
+            turn = 0
             while conn.file_left > 0:
-                count = conn.file_left
+                if turn >= SEND_TURN:
+                    return BLOCKED   # writable again at once: other connections go first
+                count = conn.file_left if conn.file_left < SEND_TURN else SEND_TURN
                 fill = conn.fill
                 if fill is not None:
                     avail = fill.available - conn.file_off
@@ -346,6 +354,7 @@ class ReactorBase:
                 conn.file_off += n
                 conn.file_left -= n
                 conn.sent += n
+                turn += n
         except _PEER_GONE:
             self.counters[M.PEER_RESETS] += 1
             return ABORT
