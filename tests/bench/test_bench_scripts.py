@@ -35,19 +35,23 @@ def _nginx():
     return bench_compare.which("nginx")
 
 
-def ensure_nginx():
-    """nginx's path, installing the Debian package when root; None when it cannot be had."""
-    if _nginx():
-        return _nginx()
+def ensure_tool(find, package):
+    """The tool's path, installing its Debian package when root; None when it cannot be had."""
+    if find():
+        return find()
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return None
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
         subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "nginx"], env=env, capture_output=True, timeout=600)
+        subprocess.run(["apt-get", "install", "-y", "-qq", package], env=env, capture_output=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return _nginx()
+    return find()
+
+
+def ensure_nginx():
+    return ensure_tool(_nginx, "nginx")
 
 
 def refused(port):
@@ -300,3 +304,34 @@ def test_loadgen_reports_wrong_sizes_and_statuses_as_errors(loadgen):
     assert d["requests"] == 0 and d["errors_by"]["size"] > 0
     d = run_gen(loadgen, lambda n: (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", False), 0)
     assert d["requests"] == 0 and d["errors_by"]["status"] > 0
+
+
+@pytest.mark.slow
+def test_profile_splits_server_cpu_per_request(tmp_path):
+    """scripts/profile_warm.py for real on the portable backend: perf's samples become
+    microseconds of server CPU per request, split by where the CPU was."""
+    if not ensure_tool(lambda: shutil.which("perf"), "linux-perf"):
+        pytest.skip("perf is not installed and cannot be installed here (needs root and apt-get)")
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "profile_warm.py"), "--servers", "pulsys-portable",
+                        "--duration", "1", "--out-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (path,) = tmp_path.glob("profile_warm_4096_c16_*.json")
+    doc = json.loads(path.read_text())
+    assert len(doc["commit"]) == 40 and doc["size"] == 4096 and doc["concurrency"] == 16
+    (row,) = doc["rows"]
+    assert row["server"] == "pulsys/portable" and row["requests"] > 0
+    assert 0.97 <= sum(row["share"].values()) <= 1.03, row["share"]
+    assert row["us_per_request"]["kernel"] > 0 and row["us_per_request"]["python"] > 0
+    assert abs(sum(row["us_per_request"].values()) - row["cpu_us_per_request"]) < 0.05 * row["cpu_us_per_request"]
+    assert row["top_symbols"] and all(0 < t["share"] <= 1 for t in row["top_symbols"])
+
+
+def test_profile_groups_shared_objects():
+    import profile_warm
+    assert profile_warm.dso_group("[kernel.kallsyms]") == "kernel"
+    assert profile_warm.dso_group("libpython3.11.so.1.0") == "python"
+    assert profile_warm.dso_group("liburing.cpython-311-x86_64-linux-gnu.so") == "liburing binding"
+    assert profile_warm.dso_group("libc.so.6") == "libc"
+    assert profile_warm.dso_group("nginx") == "nginx"
+    assert profile_warm.dso_group("_socket.cpython-311-x86_64-linux-gnu.so") == "other"
