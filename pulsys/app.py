@@ -6,29 +6,42 @@ together; `cli` is the only module that imports it.
 reactor per worker process and keeps the upstream plane here (ProcessServer, with
 the process and IPC glue in pulsys.workers and pulsys.ipc)."""
 
+import errno
+import functools
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 
 from pulsys import __version__
+from pulsys import doctor
 from pulsys import metrics as M
+from pulsys.admin.plane import AdminPlane, first_start_banner
+from pulsys.admin.readiness import readiness
 from pulsys.admin.server import AdminServer
 from pulsys.cache.index import Index
+from pulsys.cache import snapshot
+from pulsys.cache import space as SP
 from pulsys.cache.inflight import Inflight
+from pulsys.cache.downloads import take_downloads
+from pulsys.cache.recency import take_served
 from pulsys.cache.store import Store
+from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable
-from pulsys.ipc import FillRelays, ReplicatingIndex, Replicas
+from pulsys.ipc import DROP_FDS, KEYS, FillRelays, ReplicatingIndex, Replicas
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
 from pulsys.platform import PlatformFacts, load_sender
 from pulsys.reactor import backend_class, select_backend
 from pulsys.reactor.fdcache import FdCache
 from pulsys.reactor.listener import create_listeners
 from pulsys.reactor.mailbox import Mailbox
+from pulsys.upstream.guard import UpstreamGuard
 from pulsys.upstream.pool import FillPool
 from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
+from pulsys.upstream.shared_tier import SharedStoreError, open_tier
 from pulsys.workers import Supervisor, WorkerError
 
 
@@ -47,26 +60,54 @@ class _Base:
         self.facts = PlatformFacts.probe()
         self.started = time.time()
         self.store = Store(config.cache_dir)
+        try:
+            self.store.lock()      # shared; `pulsys verify` takes it exclusively
+        except BlockingIOError:
+            raise OSError(errno.EBUSY, "`pulsys verify` is checking %s; start when it is done"
+                          % config.cache_dir) from None
+        # keys, audit log, jobs: opened (and migrated) before anything listens
+        self.plane = AdminPlane(config)
         self.index = index
         t0 = time.monotonic()
         n_entries, n_revs, skipped = self.store.load(self.index, config.revision_ttl, t0)
         removed = self.store.clean_tmp()
         self.load_stats = {"entries": n_entries, "revisions": n_revs, "skipped": skipped,
-                           "partials_removed": removed, "seconds": round(time.monotonic() - t0, 3)}
+                           "partials_removed": removed, "seconds": round(time.monotonic() - t0, 3),
+                           "from": self.store.loaded_from}
         self.inflight = Inflight()
         self.pool_counters = M.new()
-        self.service = Upstream(config, make_session(config.fill_threads), self.index, self.store,
-                                self.inflight, self.pool_counters)
+        self.space = SP.for_store(self.store, self.index, self.inflight, config.cache_max_bytes,
+                                  config.evict, self.pool_counters, self._drop_fds, get_logger("space"))
+        self.guard = UpstreamGuard(config.upstream, config.allow_upstream_host, self.pool_counters,
+                                   log=get_logger("upstream"))
+        self.service = Upstream(config, make_session(config.fill_threads, self.guard), self.index,
+                                self.store, self.inflight, self.pool_counters)
+        self.service.guard = self.guard
+        self.service.space = self.space
+        self.node_id = config.node_id or socket.gethostname()
+        self.shared = None
+        if config.shared_store:     # the fleet's bucket (docs/fleet.md): its endpoint is always allowed
+            self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"))
+            self.guard.trust(self.shared.endpoint)
+            self.service.shared = self.shared
         self.pool = FillPool(self.service, config.fill_threads)
+        self.service.spawn = self.pool.run      # extra fetchers of a fill run on the pool
         host, port = config.listen
         self.listeners = create_listeners(host, port, config.listeners)
         self.address = self.listeners[0].getsockname()[:2]
         self.sender_name, self.sender = load_sender(
             self.facts, None if config.sendfile == "auto" else config.sendfile)
         self.backend = select_backend(self.facts, config.iouring)
+        # stats, repos, purge and pre-warm jobs (admin/plane.py); jobs run through the pool
+        # like client GETs, at most half of it at a time so clients keep threads
+        self.downloads = self.plane.attach_cache(
+            self.index, self.store, self.space, self._drop_fds, self.pool.submit, self.vars,
+            self.node_id, max(1, min(4, config.fill_threads // 2)), get_logger("admin"))
         self.admin = None
         if config.admin_listen:
-            self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars)
+            self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars,
+                                     self.plane.api)
+            self.admin.httpd.ready_fn = self.ready
         self._stop = threading.Event()
         self.failed = False
         self.fail_message = None
@@ -76,7 +117,36 @@ class _Base:
                 "listeners": len(self.listeners), "pid": os.getpid(),
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "index_entries": len(self.index), "index_revisions": len(self.index.revs),
-                "fills_in_flight": self.inflight.count(), "startup_index_load": self.load_stats}
+                "fills_in_flight": self.inflight.count(), "startup_index_load": self.load_stats,
+                "node_id": self.node_id, **(self.shared.stats() if self.shared else {}),
+                **self.space.stats()}
+
+    def ready(self):
+        """/readyz (admin/readiness.py): index loaded, reactors or workers up, store answers."""
+        return readiness(self.load_stats is not None, self._serving(), self.plane.db)
+
+    def _close_store(self):
+        """Last step of shutdown: the index snapshot for the next start, then the lock."""
+        if self.shared is not None:
+            self.shared.close()
+        snapshot.save(self.store, self.index, self.space.recency(), self.config.revision_ttl,
+                      self.log, time.monotonic, time.time)
+        self.store.unlock()
+
+    def endpoint(self):
+        """The URL clients should use as HF_ENDPOINT."""
+        if self.config.public_base_url:
+            return self.config.public_base_url
+        host, port = self.address
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+    def _announce_first_key(self):
+        """A first start with --auth required: the new admin key, once, on stdout."""
+        if self.plane.first_key:
+            sys.stdout.write(first_start_banner(self.plane.first_key, self.endpoint()))
+            sys.stdout.flush()
 
     def _log_started(self, **extra):
         c = self.config
@@ -85,7 +155,31 @@ class _Base:
                       admin=("http://%s:%d" % self.admin.address[:2]) if self.admin else None,
                       backend=self.backend, sender=self.sender_name, listeners=len(self.listeners),
                       upstream=c.upstream, cache_dir=c.cache_dir, offline=c.offline,
-                      revision_ttl=c.revision_ttl, index=self.load_stats, **extra)
+                      revision_ttl=c.revision_ttl, index=self.load_stats, node_id=self.node_id,
+                      shared_store=self.shared.where if self.shared else None, auth=c.auth,
+                      store=self.plane.db_description, **extra)
+        threading.Thread(target=self._check_write_ceiling, name="pulsys-write-check", daemon=True).start()
+
+    def _check_write_ceiling(self):
+        """Warn when the cache volume cannot keep up with the network (pulsys doctor)."""
+        net = self.config.network_mbps
+        net = doctor.network_MBps() if net < 0 else net
+        if not net:
+            return
+        path = os.path.join(self.config.cache_dir, ".pulsys-write-check")
+        try:
+            _, write = doctor.measure_write(path, 64 << 20, 2.0)
+        except OSError as e:
+            self.log.warning("cache dir write check failed", error=str(e))
+            return
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        warning = doctor.write_ceiling_warning(write, net)
+        if warning:
+            self.log.warning(warning, write_MBps=write, network_MBps=net)
 
     def stop(self):
         self._stop.set()
@@ -104,16 +198,25 @@ class Server(_Base):
             if access is not None:
                 self.access_buffers.append(access)
             self.reactors.append(cls(lst, self.index, self.pool.submit, Mailbox(), self.sender, FdCache(),
-                                     access, max_connections=config.max_connections))
+                                     access, gate=self.plane.data_gate, **config.reactor_limits()))
         self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
                               if self.access_buffers else None)
         self.threads = []
+        self.space.sources = [functools.partial(take_served, r) for r in self.reactors]
+        self.downloads.sources = [functools.partial(take_downloads, r) for r in self.reactors]
+
+    def _drop_fds(self, paths):
+        for r in self.reactors:
+            r.mailbox.post(r.fdcache.forget, paths)
 
     def vars(self):
         d = M.merged([r.counters for r in self.reactors] + [self.pool_counters])
         d.update(self._common_vars())
-        d["open_connections"] = sum(len(r.conns) for r in self.reactors)
+        d["open_connections"] = sum(r.open_sockets() for r in self.reactors)
         return d
+
+    def _serving(self):
+        return bool(self.threads) and all(t.is_alive() for t in self.threads)
 
     def _reactor_main(self, r):
         try:
@@ -131,8 +234,13 @@ class Server(_Base):
                                  daemon=True)
             t.start()
             self.threads.append(t)
+        self.plane.start()
+        if self.shared is not None:
+            self.shared.start()
         if self.admin is not None:
             self.admin.start()
+        snapshot.remove(self.store)     # from here on meta/ may change: a crash leaves none
+        self._announce_first_key()
         self._log_started()
         return self
 
@@ -145,7 +253,9 @@ class Server(_Base):
             r.stop()
         for t in self.threads:
             t.join(timeout=5)
+        self.plane.stop_jobs()
         self.pool.shutdown()
+        self._close_store()
         if self.admin is not None:
             self.admin.stop()
         if self.access_writer is not None:
@@ -153,6 +263,7 @@ class Server(_Base):
             self.access_writer.join(timeout=2)
         for lst in self.listeners:
             lst.close()
+        self.plane.stop()
         self.log.info("pulsys stopped")
 
 
@@ -166,7 +277,22 @@ class ProcessServer(_Base):
         self._build(config, ReplicatingIndex(self.replicas))
         self.relays = FillRelays()
         self.supervisor = Supervisor(config, self.facts, self.listeners, self.replicas, self.relays,
-                                     self.pool.submit)
+                                     self.pool.submit, on_served=self.space.touch_many,
+                                     key_table=self._key_table if self.plane.data_gate else None)
+        self.supervisor.on_downloads = self.downloads.add
+
+    def _key_table(self):
+        return self.plane.gate.table
+
+    def _publish_keys(self, table):
+        self.replicas.broadcast((KEYS, table))
+
+    def _drop_fds(self, paths):
+        self.replicas.broadcast((DROP_FDS, paths))
+
+    def _serving(self):
+        return all(s.ready.is_set() and s.proc is not None and s.proc.poll() is None
+                   for s in self.supervisor.slots)
 
     def vars(self):
         sup = self.supervisor
@@ -182,8 +308,13 @@ class ProcessServer(_Base):
     def start(self):
         """Start the workers (raises WorkerError when they cannot start), then the admin."""
         self.supervisor.start()
+        self.plane.start(self._publish_keys if self.plane.data_gate else None)
+        if self.shared is not None:
+            self.shared.start()
+        snapshot.remove(self.store)     # every worker has loaded; a crash from here leaves none
         if self.admin is not None:
             self.admin.start()
+        self._announce_first_key()
         self._log_started(workers=[s.proc.pid for s in self.supervisor.slots])
         return self
 
@@ -200,9 +331,12 @@ class ProcessServer(_Base):
         if self.admin is not None:
             self.admin.stop()
         self.supervisor.stop()
+        self.plane.stop_jobs()
         self.pool.shutdown()
+        self._close_store()
         for lst in self.listeners:
             lst.close()
+        self.plane.stop()
         self.log.info("pulsys stopped")
 
 
@@ -216,7 +350,7 @@ def run(config):
         server = (ProcessServer if config.listeners > 1 else Server)(config)
     except OSError as e:
         return _fail("cannot start: %s" % (e.strerror or e))
-    except BackendUnavailable as e:
+    except (BackendUnavailable, DatabaseError, SharedStoreError) as e:
         return _fail(str(e))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())

@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
 def make_parser():
     p = _Parser(prog="pulsys", description="A pull-through cache for the Hugging Face Hub. "
                 "Every flag can also be set with the environment variable named after it "
-                "(e.g. --cache-dir -> PULSYS_CACHE_DIR).")
+                "(e.g. --cache-dir -> PULSYS_CACHE_DIR). `pulsys verify --help`: check a cache directory. `pulsys keys --help`: API keys. `pulsys doctor --help`: which ceiling binds a pull. `pulsys prefetch --help`: pre-warm a repo. `pulsys stats --help`: cache use and downloads.")
     p.add_argument("--version", action="version", version="pulsys " + __version__)
     for s in SETTINGS:
         helptext = "%s [env %s%s]" % (
@@ -45,7 +45,23 @@ def make_parser():
 
 def main(argv=None, environ=None):
     environ = os.environ if environ is None else environ
-    args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["verify"]:
+        from pulsys.cli_verify import main as verify_main
+        return verify_main(argv[1:], environ)
+    if argv[:1] == ["doctor"]:
+        from pulsys.cli_doctor import main as doctor_main
+        return doctor_main(argv[1:], environ)
+    if argv[:1] == ["keys"]:
+        from pulsys.cli_keys import main as keys_main
+        return keys_main(argv[1:], environ)
+    if argv[:1] == ["prefetch"]:
+        from pulsys.cli_prefetch import main as prefetch_main
+        return prefetch_main(argv[1:], environ)
+    if argv[:1] == ["stats"]:
+        from pulsys.cli_stats import main as stats_main
+        return stats_main(argv[1:], environ)
+    args = make_parser().parse_args(argv)
     try:
         config = build_config(vars(args), environ)
     except ConfigError as e:

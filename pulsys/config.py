@@ -6,6 +6,7 @@ turns a ConfigError into one line and exit code 2, and app.py acts on a Config.
 
 import ipaddress
 import os
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -62,8 +63,48 @@ def _url(text):
     return text.strip().rstrip("/")
 
 
+def _db_url(text):
+    """'' (the default SQLite file), sqlite:///PATH or postgres(ql)://..."""
+    text = text.strip()
+    scheme, sep, rest = text.partition(":")
+    if not text:
+        return ""
+    if sep and scheme.lower() == "sqlite" and rest.lstrip("/"):
+        return text
+    if sep and scheme.lower() in ("postgres", "postgresql") and rest.startswith("//"):
+        return text
+    shown = urllib.parse.urlsplit(text)._replace(netloc="...").geturl() if "@" in text else text
+    raise ConfigError("--db %r: expected sqlite:///PATH or postgres://USER@HOST[:PORT]/DB" % shown)
+
+
 def _optional_url(text):
     return _url(text) if text.strip() else ""
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+def _s3_url(text):
+    """'' or s3://BUCKET[/PREFIX] -> () or (bucket, prefix without slashes at either end)."""
+    text = text.strip()
+    if not text:
+        return ()
+    scheme, sep, rest = text.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    prefix = prefix.strip("/")
+    if scheme.lower() != "s3" or not sep or not _BUCKET.match(bucket) or ".." in bucket:
+        raise ConfigError("--shared-store %r: expected s3://BUCKET[/PREFIX] (bucket: 3-63 characters "
+                          "a-z 0-9 . -)" % text)
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise ConfigError("--shared-store %r: the prefix has an empty, '.' or '..' part" % text)
+    return bucket, prefix
+
+
+def _node_id(text):
+    text = text.strip()
+    if text and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", text):
+        raise ConfigError("--node-id %r: expected 1-63 characters A-Z a-z 0-9 . _ -" % text)
+    return text
 
 
 def _allow_hosts(values):
@@ -81,6 +122,18 @@ def _allow_hosts(values):
     return tuple(out)
 
 
+def _network_mbps(text):
+    if text == "auto":
+        return -1.0
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError("--network-mbps %r: expected auto or MB/s (0 skips the check)" % text) from None
+    if v < 0:
+        raise ConfigError("--network-mbps must be >= 0")
+    return v
+
+
 def _positive_float(what):
     def parse(text):
         try:
@@ -93,6 +146,18 @@ def _positive_float(what):
     return parse
 
 
+def _seconds(what):
+    """A timeout: a number of seconds > 0 (a reactor checks timeouts once a second)."""
+    parse = _positive_float(what)
+
+    def check(text):
+        v = parse(text)
+        if v <= 0:
+            raise ConfigError("%s must be > 0" % what)
+        return v
+    return check
+
+
 def _int_range(what, lo, hi):
     def parse(text):
         try:
@@ -103,6 +168,24 @@ def _int_range(what, lo, hi):
             raise ConfigError("%s must be between %d and %d" % (what, lo, hi))
         return v
     return parse
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+               "gb": 10**9, "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50}
+
+
+def parse_size(text, what="size"):
+    """'500G' (10^9), '10GiB' (2^30), '1.5T', '1048576' -> bytes. IEC: an 'i' means 1024."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m and _SIZE_UNITS.get(m.group(2).lower())
+    if not unit:
+        raise ConfigError("%s %r: expected bytes or a size such as 500G, 10GiB, 750MB" % (what, text))
+    return int(float(m.group(1)) * unit) if "." in m.group(1) else int(m.group(1)) * unit
+
+
+def _size(what):
+    return lambda text: parse_size(text, what)
 
 
 def _choice(what, choices):
@@ -156,15 +239,36 @@ SETTINGS = (
     Setting("hf_token", "--hf-token", str, "",
             "pulsys's own token for upstream; client credentials are never forwarded", metavar="TOKEN"),
     Setting("allow_upstream_host", "--allow-upstream-host", _allow_hosts, (),
-            "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated in env)",
+            "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated "
+            "in env); an IP address here also allows connecting to that private or loopback address",
             kind="multi", metavar="HOST[:PORT]"),
     Setting("public_base_url", "--public-base-url", _optional_url, "",
             "URL clients reach pulsys at, used in rewritten Link headers (default: from the request's Host)",
             metavar="URL"),
     Setting("admin_listen", "--admin-listen", _admin_listen, "127.0.0.1:8081",
             "admin address for /healthz and /debug/vars ('off' disables)", metavar="HOST:PORT"),
-    Setting("auth", "--auth", _choice("--auth", ("off", "required")), "off",
-            "client authentication on the data plane", choices=("off", "required")),
+    Setting("auth", "--auth", _choice("--auth", ("off", "required")), "required",
+            "client API keys on the data plane: required (Authorization: Bearer pulsys_..., what "
+            "HF_TOKEN sends; a first start creates an admin key and prints it) or off (anyone who "
+            "can connect may download)", choices=("off", "required")),
+    Setting("db", "--db", _db_url, "",
+            "the admin store (API keys, audit log, pre-warm jobs): sqlite:///PATH or "
+            "postgres://USER[:PASSWORD]@HOST[:PORT]/DB (default: sqlite in the cache dir)", metavar="URL"),
+    Setting("shared_store", "--shared-store", _s3_url, "",
+            "the fleet's shared tier: an S3-compatible bucket read on a local miss before the Hub, "
+            "written with every verified blob and metadata (s3://BUCKET[/PREFIX]; endpoint, region "
+            "and credentials from the standard AWS settings: AWS_ENDPOINT_URL, AWS_REGION, "
+            "AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)", metavar="s3://BUCKET[/PREFIX]"),
+    Setting("shared_store_endpoint", "--shared-store-endpoint", _optional_url, "",
+            "URL of an S3-compatible server for --shared-store (MinIO, Ceph, ...; default: "
+            "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS S3); pulsys may always connect to it",
+            metavar="URL"),
+    Setting("shared_store_region", "--shared-store-region", str, "",
+            "region of the --shared-store bucket (default: AWS_REGION / AWS_DEFAULT_REGION)",
+            metavar="REGION"),
+    Setting("node_id", "--node-id", _node_id, "",
+            "this node's name in a fleet: in logs, /debug/vars and on the objects it uploads to "
+            "--shared-store (default: the host name)", metavar="NAME"),
     Setting("log_format", "--log-format", _choice("--log-format", ("console", "json")), "console",
             "log output format", choices=("console", "json")),
     Setting("log_level", "--log-level", _choice("--log-level", ("debug", "info", "warning", "error")),
@@ -181,7 +285,11 @@ SETTINGS = (
     Setting("fill_threads", "--fill-threads", _int_range("--fill-threads", 1, 1024), "32",
             "threads that talk to upstream and write the cache", metavar="N"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
-            "connect and read timeout for upstream requests", metavar="SECONDS"),
+            "connect and read timeout for upstream requests; a file body that stalls this long "
+            "is asked for again from its last byte", metavar="SECONDS"),
+    Setting("fill_retries", "--fill-retries", _int_range("--fill-retries", 0, 100), "5",
+            "times a broken upstream file body (drop, reset, stall, 5xx) is resumed with Range "
+            "before the fill fails; an attempt that brings 1 MiB starts the count again", metavar="N"),
     Setting("iouring", "--iouring", _choice("--iouring", ("auto", "on", "off")), "auto",
             "io_uring reactor: --iouring demands it (error if unavailable), --no-iouring forces the "
             "portable backend; by default it is used when the startup probe passes",
@@ -189,8 +297,30 @@ SETTINGS = (
     Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "darwin", "portable")),
             "auto", "how file bodies are sent: auto, linux (MSG_MORE + sendfile), darwin (sendfile "
             "with sf_hdtr), portable (pread + write)", choices=("auto", "linux", "darwin", "portable")),
+    Setting("cache_max_bytes", "--cache-max-bytes", _size("--cache-max-bytes"), "0",
+            "most blob bytes the cache may hold, fills in progress included: 500G (10^9), 10GiB "
+            "(2^30) or plain bytes; 0 = unlimited", metavar="SIZE"),
+    Setting("evict", "--evict", _choice("--evict", ("lru", "none")), "lru",
+            "when --cache-max-bytes is reached: lru evicts the least recently served blobs, none "
+            "answers new fills with 507", choices=("lru", "none")),
+    Setting("network_mbps", "--network-mbps", _network_mbps, "auto",
+            "network speed in MB/s that the cache dir's fsync'd write speed is checked against at "
+            "start, warning when it is far slower (auto: the fastest NIC in /sys/class/net, skipped "
+            "when none reports a speed; 0: no check)", metavar="MBPS"),
     Setting("max_connections", "--max-connections", _int_range("--max-connections", 1, 1 << 20), "10000",
             "open client connections per reactor before new ones are refused", metavar="N"),
+    Setting("max_connections_per_ip", "--max-connections-per-ip",
+            _int_range("--max-connections-per-ip", 0, 1 << 20), "1000",
+            "open client connections per reactor from one client address; more are answered 503 "
+            "and closed at accept (0 = no limit)", metavar="N"),
+    Setting("header_timeout", "--header-timeout", _seconds("--header-timeout"), "30",
+            "seconds a client has to send a whole request head (and a POST body) once it has "
+            "started; dripping bytes does not extend it", metavar="SECONDS"),
+    Setting("idle_timeout", "--idle-timeout", _seconds("--idle-timeout"), "75",
+            "seconds a keep-alive connection may wait for its next request", metavar="SECONDS"),
+    Setting("send_timeout", "--send-timeout", _seconds("--send-timeout"), "60",
+            "seconds a response may make no progress because the client does not read",
+            metavar="SECONDS"),
 )
 
 
@@ -203,7 +333,8 @@ class Config:
     allow_upstream_host: tuple = ()
     public_base_url: str = ""
     admin_listen: tuple = ("127.0.0.1", 8081)
-    auth: str = "off"
+    auth: str = "required"
+    db: str = ""
     log_format: str = "console"
     log_level: str = "info"
     access_log: bool = True
@@ -212,14 +343,32 @@ class Config:
     listeners: int = 1
     fill_threads: int = 32
     upstream_timeout: float = 30.0
+    fill_retries: int = 5
     iouring: str = "auto"
     sendfile: str = "auto"
+    network_mbps: float = -1.0
     max_connections: int = 10000
+    max_connections_per_ip: int = 1000
+    header_timeout: float = 30.0
+    idle_timeout: float = 75.0
+    send_timeout: float = 60.0
+    cache_max_bytes: int = 0
+    evict: str = "lru"
+    shared_store: tuple = ()
+    shared_store_endpoint: str = ""
+    shared_store_region: str = ""
+    node_id: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
     def upstream_netloc(self):
         return urllib.parse.urlsplit(self.upstream).netloc.lower()
+
+    def reactor_limits(self):
+        """Keyword arguments every reactor takes from the settings (reactor/base.py)."""
+        return {"max_connections": self.max_connections, "max_per_ip": self.max_connections_per_ip,
+                "header_timeout": self.header_timeout, "idle_timeout": self.idle_timeout,
+                "send_timeout": self.send_timeout}
 
     def allowed_redirect_hosts(self):
         """Hosts (or host:port) that upstream redirects may lead to."""
@@ -247,6 +396,10 @@ def build_config(values, environ):
             out[s.name] = s.parse(raw if isinstance(raw, (list, tuple)) else [raw])
             continue
         out[s.name] = s.parse(raw)
-    if out["auth"] == "required":
-        raise ConfigError("--auth required needs the admin plane (API keys), which this build does not have yet; use --auth off")
+    out["db"] = db_url(out["db"], out["cache_dir"])
     return Config(**out)
+
+
+def db_url(text, cache_dir):
+    """--db as given (validated), or the default: a SQLite file in the cache dir."""
+    return _db_url(text or "") or "sqlite://" + os.path.join(cache_dir, "pulsys.sqlite3")

@@ -35,5 +35,11 @@ class UpstreamError(PulsysError):
     """Upstream could not be reached or answered nonsense."""
 
 
+class UpstreamRefused(UpstreamError):
+    """pulsys would not connect: the host is not allowed, or its name resolves only to
+    addresses it may not reach (the SSRF guard, pulsys/upstream/guard.py). The message is
+    one line for the client, sent as a 502."""
+
+
 class CacheCorrupt(PulsysError):
     """Bytes on disk or from upstream failed verification."""

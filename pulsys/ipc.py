@@ -10,12 +10,21 @@ thread, in Index.publish or the reactor's reply path).
       (PUBLISH, entry)                                      broadcast on every index change
       (SET_REV, rtype, repo, rev, commit, expires, fetched_at)      broadcast
       (REMOVE, key)                                                 broadcast
+      (DROP_FDS, paths)        broadcast after an eviction unlinked these blobs
+      (KEYS, table)            the active API keys {id: (digest, scope)}, or None with
+                               --auth off: right after HELLO, then on every change (ADR 0009)
       (REPLY, job_id, entry, outcome, fill)                 fill is None or
-          (token, blob_id, size, part_path, available, state, entry, error)
-      (PROGRESS, token, available, state, entry, error)     to every worker streaming it
+          (token, blob_id, size, part_path, spans, busy, state, entry, error)
+      (PROGRESS, token, spans, busy, state, entry, error)   to every worker streaming it
     worker -> parent
       (READY, pid, backend, sender, index_entries)
       (JOB, job_id, target, method, host, body, content_type)
+      (SERVED, [(blob_id, monotonic time), ...])    warm hits since the last report
+      (DOWNLOADS, [(cache key, packed), ...])      GETs answered with a file, per key
+      (DEMAND, token, offset)       a reader waits where no fetcher is headed (Fill.demand)
+
+`spans` and `busy` are a Fill's byte spans on disk and pieces being fetched
+(cache.inflight); the worker's copy of the Fill takes them whole.
 
 Parent side: ReplicatingIndex (an Index that broadcasts), FillRelays (fill progress to
 the workers that stream from a fill) and serve_worker (JOB frames -> pool Jobs).
@@ -37,7 +46,10 @@ from pulsys.log import get_logger
 from pulsys.model.entry import Entry
 from pulsys.model.job import Job, Reply
 
-HELLO, READY, JOB, REPLY, PUBLISH, SET_REV, REMOVE, PROGRESS = range(8)
+HELLO, READY, JOB, REPLY, PUBLISH, SET_REV, REMOVE, PROGRESS, DEMAND = range(9)
+SERVED, DROP_FDS = 100, 101       # last-served reports and evictions (docs/decisions/0008)
+DOWNLOADS = 102                   # per-repo downloads since the last report (cache/downloads.py)
+KEYS = 110                        # API keys for the worker's Gate (docs/decisions/0009)
 
 _LEN = struct.Struct("!Q")
 _PROTOCOL = 5
@@ -217,7 +229,8 @@ class _Relay:
             state = f.state
             if state == RUNNING and link not in self.links:
                 self.links.append(link)
-            snap = (self.token, f.blob_id, f.size, f.part_path, f.available, state,
+            spans, busy = f.snapshot()
+            snap = (self.token, f.blob_id, f.size, f.part_path, spans, busy, state,
                     f.entry if state == DONE else None, _error_text(f) if state == FAILED else None)
             link.send((REPLY, job_id, r.entry, r.outcome, snap))
 
@@ -226,7 +239,8 @@ class _Relay:
         try:
             with self.lock:
                 state = f.state
-                data = encode((PROGRESS, self.token, f.available, state,
+                spans, busy = f.snapshot()
+                data = encode((PROGRESS, self.token, spans, busy, state,
                                f.entry if state == DONE else None,
                                _error_text(f) if state == FAILED else None))
                 for link in self.links:
@@ -245,6 +259,7 @@ class FillRelays:
     def __init__(self):
         self._lock = threading.Lock()
         self._relays = {}
+        self._tokens = {}          # token -> relay, for DEMAND frames
         self._ids = itertools.count(1)
         self.log = get_logger("ipc")
 
@@ -259,11 +274,20 @@ class FillRelays:
                 relay = _Relay(next(self._ids), f, self)
                 if f.add_listener(relay.on_change):
                     self._relays[f] = relay
+                    self._tokens[relay.token] = relay
         relay.reply(link, job_id, r)
 
     def forget(self, fill):
         with self._lock:
-            self._relays.pop(fill, None)
+            relay = self._relays.pop(fill, None)
+            if relay is not None:
+                self._tokens.pop(relay.token, None)
+
+    def demand(self, token, offset):
+        """A worker's reader waits at `offset` of the fill it knows as `token`."""
+        relay = self._tokens.get(token)
+        if relay is not None and isinstance(offset, int) and offset >= 0:
+            relay.fill.demand(offset)
 
     def count(self):
         return len(self._relays)
@@ -281,8 +305,9 @@ class RemoteReply:
         self.relays.reply(self.link, self.job_id, r)
 
 
-def serve_worker(link, submit, relays, on_ready):
-    """Parent reader loop for one worker link: JOB frames become pool Jobs. Returns at EOF."""
+def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=None):
+    """Parent reader loop for one worker link: JOB frames become pool Jobs; SERVED
+    reports go to on_served(items). Returns at EOF."""
     while True:
         msg = link.recv()
         if msg is None:
@@ -291,6 +316,14 @@ def serve_worker(link, submit, relays, on_ready):
         if op == JOB:
             _, job_id, target, method, host, body, ctype = msg
             submit(Job(target, method, host, body, ctype, RemoteReply(relays, link, job_id)))
+        elif op == DEMAND:
+            relays.demand(msg[1], msg[2])
+        elif op == SERVED:
+            if on_served is not None:
+                on_served(msg[1])
+        elif op == DOWNLOADS:
+            if on_downloads is not None:
+                on_downloads(msg[1])
         elif op == READY:
             on_ready(msg)
 
@@ -302,6 +335,9 @@ class ParentClient:
     """A worker's view of the parent: `submit(job)` for its reactor, and a reader thread
     that applies index broadcasts and turns replies and fill progress into mailbox posts
     (through the reply callables and Fill wake-ups the reactor set up)."""
+
+    on_drop = None       # fn(paths): evicted blobs; the worker posts them to its reactor
+    on_keys = None       # fn(table): new API keys; the worker's Gate.load
 
     def __init__(self, link, index, on_eof, blob_path=None):
         self.link = link
@@ -365,10 +401,10 @@ class ParentClient:
     def _dispatch(self, msg):
         op = msg[0]
         if op == PROGRESS:
-            _, token, available, state, entry, error = msg
+            _, token, spans, busy, state, entry, error = msg
             f = self.proxies.get(token)
             if f is not None:
-                self._advance(token, f, available, state, entry, error)
+                self._advance(token, f, spans, busy, state, entry, error)
         elif op == REPLY:
             _, job_id, entry, outcome, snap = msg
             reply = self.pending.pop(job_id, None)
@@ -376,7 +412,7 @@ class ParentClient:
                 if reply is not None:
                     reply(Reply(entry, None, outcome))
                 return
-            token, blob_id, size, part_path, available, state, fentry, error = snap
+            token, blob_id, size, part_path, spans, busy, state, fentry, error = snap
             f = self.proxies.get(token)
             if f is None:
                 f = Fill(blob_id, size, part_path)
@@ -384,11 +420,18 @@ class ParentClient:
                     # where the parent renames the verified part file: a reactor that finds
                     # the part file gone before the DONE frame arrives reads the blob
                     f.final_path = self.blob_path(blob_id)
+                f.on_demand = self._demander(token)
                 if state == RUNNING:
                     self.proxies[token] = f
-            self._advance(token, f, available, state, fentry, error)
+            self._advance(token, f, spans, busy, state, fentry, error)
             if reply is not None:
                 reply(Reply(entry, f, outcome))
+        elif op == DROP_FDS:
+            if self.on_drop is not None:
+                self.on_drop(msg[1])
+        elif op == KEYS:
+            if self.on_keys is not None and msg[1] is not None:
+                self.on_keys(msg[1])
         elif op in (PUBLISH, SET_REV, REMOVE):
             if self._loading:
                 with self._load_lock:
@@ -397,10 +440,14 @@ class ParentClient:
                         return
             self._apply_index(msg)
 
-    def _advance(self, token, f, available, state, entry, error):
+    def _demander(self, token):
+        def on_demand(_fill, offset):
+            self.send((DEMAND, token, offset))   # a queue put: the reactor never blocks
+        return on_demand
+
+    def _advance(self, token, f, spans, busy, state, entry, error):
         if state == RUNNING:
-            if available > f.available:
-                f.progress(available)
+            f.apply(spans, busy)
             return
         if f.state == RUNNING:
             if state == DONE:

@@ -32,7 +32,9 @@ import time
 
 from pulsys import ipc
 from pulsys import metrics as M
+from pulsys.auth.gate import Gate
 from pulsys.cache.index import Index
+from pulsys.cache.recency import RecencyReporter
 from pulsys.cache.store import Store
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
 from pulsys.platform import load_sender
@@ -40,8 +42,8 @@ from pulsys.reactor import backend_class, select_backend
 from pulsys.reactor.fdcache import FdCache
 from pulsys.reactor.mailbox import Mailbox
 
-ROW = len(M.NAMES) + 1            # the reactor's counters, then its open connections
-OPEN_CONNECTIONS = len(M.NAMES)
+ROW = M.WIDTH + 1                 # the reactor's counters and histograms, then its open connections
+OPEN_CONNECTIONS = M.WIDTH
 COUNTER_INTERVAL = 0.1            # seconds between a worker's counter copies
 LINK_TIMEOUT = 10.0               # a worker that reads nothing for this long is restarted
 START_TIMEOUT = 30.0              # every worker must be ready within this at startup
@@ -65,7 +67,7 @@ class CounterTable:
         self.file.truncate(max(rows * ROW * 8, mmap.PAGESIZE))
         self.mm = mmap.mmap(self.file.fileno(), rows * ROW * 8)
         self.view = memoryview(self.mm).cast("q")
-        self.retired = [0] * len(M.NAMES)
+        self.retired = [0] * M.WIDTH
 
     def fileno(self):
         return self.file.fileno()
@@ -76,7 +78,7 @@ class CounterTable:
     def retire(self, i):
         """Worker i is dead: keep its counts, clear its row for the next one."""
         r = self.row(i)
-        for k in range(len(M.NAMES)):
+        for k in range(M.WIDTH):
             self.retired[k] += r[k]
         self.view[i * ROW:(i + 1) * ROW] = array.array("q", bytes(ROW * 8))
 
@@ -99,7 +101,7 @@ class CounterPublisher(threading.Thread):
 
     def flush(self):
         vals = array.array("q", self.reactor.counters)
-        vals.append(len(self.reactor.conns))
+        vals.append(self.reactor.open_sockets())
         self.view[:] = vals
 
     def run(self):
@@ -117,6 +119,9 @@ class _ReplicaStore(Store):
 
     def discard(self, part_path):
         pass
+
+    def _warn(self, event, **kw):
+        pass          # the parent has logged what it skipped; N workers would repeat it
 
 
 class _LineStream:
@@ -153,6 +158,10 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     if hello is None or hello[0] != ipc.HELLO:
         return 2
     _, worker_no, config, facts = hello
+    keys = link.recv()          # always the second frame (Supervisor._spawn)
+    if keys is None or keys[0] != ipc.KEYS:
+        return 2
+    gate = Gate(keys[1]) if keys[1] is not None else None
     configure(config.log_format, config.log_level)
     log = get_logger("worker").bind(worker=worker_no)
     listener = socket.socket(fileno=listener_fd)
@@ -169,18 +178,25 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
             os._exit(0)
     store = _ReplicaStore(config.cache_dir)
     client = ipc.ParentClient(link, index, on_eof, store.blob_path)
+    if gate is not None:
+        client.on_keys = gate.load      # before the reader starts: no KEYS frame is missed
     client.start()
     store.load(index, config.revision_ttl, time.monotonic())
+    store.scan = {}                   # blob sizes: only the parent keeps the accounts
     client.loaded()
     sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
     backend = select_backend(facts, config.iouring)
     access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
     reactor = backend_class(backend)(listener, index, client.submit, mailbox, sender, FdCache(),
-                                     access, max_connections=config.max_connections)
+                                     access, gate=gate, **config.reactor_limits())
     box["reactor"] = reactor
     signal.signal(signal.SIGTERM, lambda *_: reactor.stop())
     counters = CounterPublisher(counters_fd, row, reactor)
     counters.start()
+    client.on_drop = lambda paths: mailbox.post(reactor.fdcache.forget, paths)
+    recency = RecencyReporter(reactor, lambda items: client.send((ipc.SERVED, items)),
+                              send_downloads=lambda items: client.send((ipc.DOWNLOADS, items)))
+    recency.start()
     writer = None
     if access is not None:
         writer = AccessLogWriter([access], config.log_format, stream=_LineStream(2))
@@ -195,10 +211,13 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     finally:
         counters.halt.set()
         counters.join(timeout=2)
+        recency.halt.set()
+        recency.join(timeout=2)
         if writer is not None:
             writer.stop()
             writer.join(timeout=2)
         client.stop()
+        client.writer.join(timeout=2)   # queued frames (the last SERVED report) go out first
     return code
 
 
@@ -236,7 +255,11 @@ class Supervisor:
     `submit` is the fill pool's submit; `replicas` and `relays` are the parent's ends of
     the index broadcast and the fill progress relay (pulsys.ipc)."""
 
-    def __init__(self, config, facts, listeners, replicas, relays, submit):
+    def __init__(self, config, facts, listeners, replicas, relays, submit, on_served=None,
+                 key_table=None):
+        self.on_served = on_served        # fn([(blob id, time)]): workers' warm hits (Space)
+        self.on_downloads = None          # fn([(cache key, packed)]): per-repo stats (app sets it)
+        self.key_table = key_table        # fn() -> the active API keys, or None: --auth off
         self.config = config
         self.facts = facts
         self.replicas = replicas
@@ -262,6 +285,9 @@ class Supervisor:
         with link.lock:
             self.replicas.add(link)
             link.send_frame_locked(ipc.encode((ipc.HELLO, slot.no, self.config, self.facts)))
+            # the keys in force now; later changes are broadcast to every link (ADR 0009)
+            keys = self.key_table() if self.key_table is not None else None
+            link.send_frame_locked(ipc.encode((ipc.KEYS, keys)))
         fds = (csock.fileno(), slot.listener.fileno(), self.table.fileno())
         try:
             proc = subprocess.Popen(
@@ -287,7 +313,7 @@ class Supervisor:
                          "index_entries_at_start": entries}
             slot.ready.set()
         try:
-            ipc.serve_worker(link, self.submit, self.relays, on_ready)
+            ipc.serve_worker(link, self.submit, self.relays, on_ready, self.on_served, self.on_downloads)
         except Exception:
             self.log.exception("worker link failed", worker=slot.no)
         finally:
@@ -360,6 +386,12 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        # the workers are gone: each reader reaches EOF after the frames they sent last
+        # (their final SERVED report), so let the readers drain before closing the links
+        deadline = time.monotonic() + 2.0
+        for s in self.slots:
+            if s.reader is not None:
+                s.reader.join(timeout=max(0.0, deadline - time.monotonic()))
         for s in self.slots:
             if s.link is not None:
                 s.link.close()
@@ -372,7 +404,7 @@ class Supervisor:
 
     def counter_lists(self):
         """Every worker's counters (live rows and the dead ones' totals)."""
-        return [self.table.retired] + [self.table.row(s.no)[:len(M.NAMES)] for s in self.slots]
+        return [self.table.retired] + [self.table.row(s.no)[:M.WIDTH] for s in self.slots]
 
     def open_connections(self):
         return sum(self.table.row(s.no)[OPEN_CONNECTIONS] for s in self.slots)

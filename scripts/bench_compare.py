@@ -343,7 +343,9 @@ class Pulsys(Peer):
                          "--listen", "127.0.0.1:%d" % self.port,
                          "--admin-listen", "127.0.0.1:%d" % self.admin_port,
                          "--upstream", hub.url, "--allow-upstream-host", hub.cdn_netloc,
-                         "--cache-dir", os.path.join(self.dir, "cache"), "--log-format", "json"]
+                         "--cache-dir", os.path.join(self.dir, "cache"), "--log-format", "json",
+                         # like the peers, no client keys; their cost: bench_warm.py, ADR 0009
+                         "--auth", "off"]
 
     def start(self):
         self.version = version_of([sys.executable, "-m", "pulsys", "--version"])

@@ -2,12 +2,19 @@
 
 Starts the fake Hub, then for each round and each variant starts pulsys (pinned to
 CPU 0) with that variant's flags, warms the files once, and runs wrk (pinned to the
-other CPU) against one warm file per size. Rounds interleave variants so a noisy
-machine slows them alike; the report is the median req/s and the ratio to the first
-variant. Installs nothing: needs `wrk` on PATH (Debian package `wrk`).
+other CPU) against one warm file per size. Rounds interleave variants, in reverse
+order every other round, so a noisy machine slows them alike; the report is the median
+req/s and the ratio to the first variant, and the server's CPU time per request
+(/proc/PID/stat over the wrk run). Installs nothing: needs `wrk` on PATH (Debian package `wrk`).
 
     python scripts/bench_warm.py --sizes 4096 --connections 16 --duration 5 --rounds 3 \
         --variant access_log_on= --variant access_log_off=--access-log=off
+
+pulsys runs with --auth off unless a variant says --auth=required; then the script
+creates a read key in the variant's store first (`pulsys keys create`) and every
+request, wrk's included, carries it as `Authorization: Bearer ...`:
+
+    python scripts/bench_warm.py --name auth_warm --variant auth_off= --variant auth_required=--auth=required
 """
 
 import argparse
@@ -43,12 +50,25 @@ def pin(cpus):
     return ["taskset", "-c", str(cpus)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
 
 
+def needs_key(flags):
+    return "--auth=required" in flags or " ".join(flags).find("--auth required") >= 0
+
+
+def create_key(cache):
+    """A read key in the store of `cache` (before the server starts: no first-start key)."""
+    out = subprocess.run([sys.executable, "-m", "pulsys", "keys", "create", "--cache-dir", cache,
+                          "--name", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise SystemExit("bench_warm: pulsys keys create failed: " + out.stderr.strip())
+    return out.stdout.strip()
+
+
 def start_pulsys(hub, cache, flags, cpus="0"):
     port, admin = free_port(), free_port()
     cmd = pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
-                    "--log-format", "json"] + flags
+                    "--log-format", "json", "--auth", "off"] + flags
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -60,12 +80,27 @@ def start_pulsys(hub, cache, flags, cpus="0"):
     raise SystemExit("bench_warm: pulsys did not start with flags %s" % flags)
 
 
-def wrk(url, connections, duration):
+def wrk(url, connections, duration, headers=()):
     cmd = pin(1) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % duration, "--latency", url]
+    for name, value in headers:
+        cmd[-1:-1] = ["-H", "%s: %s" % (name, value)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    if "Non-2xx" in out:
+        raise SystemExit("bench_warm: wrk saw error answers:\n" + out)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
-    return rps, lat.get("50"), lat.get("99")
+    return rps, lat.get("50"), lat.get("99"), total
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process and its reaped children (/proc/PID/stat)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -88,20 +123,27 @@ def main():
         name, _, flags = v.partition("=")
         variants.append((name, flags.split()))
     sizes = [int(x) for x in a.sizes.split(",")]
+    load_before = list(os.getloadavg())
     hub = FakeHub(record_requests=False).start()
     files = {"f%d.bin" % s: os.urandom(s) for s in sizes}
     hub.add_repo("bench/warm", files=files, lfs=set(files))
     rows = {(n, s): [] for n, _ in variants for s in sizes}
     try:
-        for _ in range(a.rounds):
-            for name, flags in variants:
+        for rnd in range(a.rounds):
+            # ABBA order: a load that grows or fades during the run weighs on every variant alike
+            for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
                 with tempfile.TemporaryDirectory() as cache:
+                    headers = (("Authorization", "Bearer " + create_key(cache)),) if needs_key(flags) else ()
                     p, url = start_pulsys(hub, cache, flags, a.server_cpus)
                     try:
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
-                            urllib.request.urlopen(u).read()
-                            rows[(name, s)].append(wrk(u, a.connections, a.duration))
+                            urllib.request.urlopen(urllib.request.Request(u, headers=dict(headers))).read()
+                            cpu0 = cpu_seconds(p.pid)
+                            rps, p50, p99, total = wrk(u, a.connections, a.duration, headers)
+                            cpu1 = cpu_seconds(p.pid)
+                            us = (cpu1 - cpu0) * 1e6 / total if cpu0 is not None and cpu1 is not None else None
+                            rows[(name, s)].append((rps, p50, p99, us))
                     finally:
                         p.terminate()
                         p.wait(10)
@@ -113,12 +155,17 @@ def main():
         for name, flags in variants:
             rps = [r[0] for r in rows[(name, s)]]
             med = statistics.median(rps)
+            cpu = [r[3] for r in rows[(name, s)] if r[3] is not None]
+            cpu_med = statistics.median(cpu) if cpu else None
             results.append({"variant": name, "flags": flags, "size": s, "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
-                            "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]]})
-            print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s" % (name, s, med, med / base,
-                                                                  [round(x) for x in rps]))
-    doc = provenance(benchmark=a.name, backend="selector", load="wrk -t1 -c%d -d%ds" % (a.connections, a.duration),
+                            "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
+                            "server_cpu_us_per_req": [round(x, 2) for x in cpu],
+                            "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None})
+            print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s  server CPU %s us/req (rounds %s)" % (
+                name, s, med, med / base, [round(x) for x in rps],
+                "%.2f" % cpu_med if cpu else "?", [round(x, 1) for x in cpu]))
+    doc = provenance(benchmark=a.name, backend="selector", loadavg_before=load_before, load="wrk -t1 -c%d -d%ds" % (a.connections, a.duration),
                      pinning="pulsys CPU %s, wrk CPU 1" % a.server_cpus, listeners=1, rounds=a.rounds, results=results)
     print("wrote", write_result("%s.json" % a.name, doc))
 

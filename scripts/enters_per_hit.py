@@ -33,7 +33,7 @@ def main():
     hub.add_repo("bench/f", files={"f.bin": os.urandom(4096), "g.bin": os.urandom(1 << 20)},
                  lfs={"f.bin", "g.bin"})
     with tempfile.TemporaryDirectory() as cache:
-        srv = Server(build_config({"listen": "127.0.0.1:0", "admin_listen": "off", "upstream": hub.url,
+        srv = Server(build_config({"listen": "127.0.0.1:0", "admin_listen": "off", "upstream": hub.url, "auth": "off",
                                    "cache_dir": cache, "allow_upstream_host": [hub.cdn_netloc],
                                    "access_log": "off", "listeners": "1", "iouring": "on"}, {})).start()
         client = os.path.join(ROOT, "tests", "floors", "loadclient.py")

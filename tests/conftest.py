@@ -35,7 +35,7 @@ class ProcServer:
     Offers what tests use of an in-process Server: url, address, vars(), load_stats,
     stop() and shutdown(); plus pid, admin_url, metrics_text() and log_text()."""
 
-    def __init__(self, settings, log_path, start_timeout=30.0):
+    def __init__(self, settings, log_path, start_timeout=30.0, argv=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PULSYS_")}
         for k, v in settings.items():
             env["PULSYS_" + k.upper()] = ",".join(v) if isinstance(v, list) else (
@@ -45,7 +45,7 @@ class ProcServer:
         env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "pulsys"], cwd=ROOT, env=env,
+        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "pulsys"], cwd=ROOT, env=env,
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
         self.pid = self.proc.pid
         self._load_stats = None
@@ -130,7 +130,8 @@ def make_server(tmp_path, listeners):
         n = default_listeners if listeners is None else listeners
         values = {"listen": "127.0.0.1:0", "admin_listen": "off", "upstream": hub.url,
                   "cache_dir": cache_dir or str(tmp_path / "cache"),
-                  "allow_upstream_host": [hub.cdn_netloc], "access_log": "off", "listeners": str(n)}
+                  "allow_upstream_host": [hub.cdn_netloc], "access_log": "off", "listeners": str(n),
+                  "auth": "off"}     # tests of API keys pass auth="required" (tests/auth/)
         values.update({k: (v if isinstance(v, (list, bool)) else str(v)) for k, v in settings.items()})
         if n > 1:
             del values["listen"], values["admin_listen"]
@@ -218,3 +219,25 @@ def wait_until(pred, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return False
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server (tests/postgres.py) for the whole session, stopped by PID
+    at the end. Fails, never skips, when it cannot be had."""
+    from tests.postgres import PostgresServer, PostgresUnavailable
+    try:
+        srv = PostgresServer.start()
+    except PostgresUnavailable as e:
+        pytest.fail(str(e), pytrace=False)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    """A fresh, empty admin store: a SQLite file, or a new database on the session's
+    PostgreSQL server. Tests that take it run once per backend."""
+    if request.param == "sqlite":
+        return "sqlite://" + str(tmp_path / "admin.sqlite3")
+    return request.getfixturevalue("postgres").create_database()

@@ -1,6 +1,8 @@
 """Admin HTTP listener: GET /healthz, GET /debug/vars (JSON counters summed over every
 reactor, worker process and the fill pool) and GET /metrics (the same snapshot in the
-Prometheus text format). Runs on its own thread; never touches a reactor."""
+Prometheus text format), open to anyone who can reach the listener; everything else is
+the JSON API in admin/api.py (admin key required, docs/admin.md). Runs on its own
+threads; never touches a reactor."""
 
 import json
 import threading
@@ -12,6 +14,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from pulsys import metrics as M
+from pulsys.admin.console import Console
+from pulsys.admin.metrics_export import extra_families
+from pulsys.http1.heads import clean
+
+MAX_BODY = 64 * 1024        # admin requests are small JSON documents
 
 
 class _Snapshot:
@@ -32,6 +39,7 @@ class _Snapshot:
         if workers:
             yield CounterMetricFamily("pulsys_worker_restarts", "worker processes restarted",
                                       value=sum(w["restarts"] for w in workers))
+        yield from extra_families(d)
         yield InfoMetricFamily("pulsys_backend", "reactor backend and body sender",
                                value={"backend": str(d.get("backend")), "sender": str(d.get("sender")),
                                       "version": str(d.get("version"))})
@@ -51,20 +59,54 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def _json(self, status, doc):
+    timeout = 30            # seconds a client may take to send its request
+
+    def _json(self, status, doc, headers=()):
         body = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("X-Content-Type-Options", "nosniff")
+        names = {k.lower() for k, _ in headers}
+        if status >= 400 and "x-error-message" not in names and isinstance(doc.get("error"), str):
+            headers = tuple(headers) + (("X-Error-Message", doc["error"]),)
+        for k, v in headers:
+            self.send_header(k, clean(v).encode("latin-1", "replace").decode("latin-1"))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+    def _api(self):
+        """Any route of the JSON API (admin/api.py), or 404."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            return self._json(411, {"error": "send the request body with Content-Length"})
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if n < 0:
+            self.close_connection = True
+            return self._json(400, {"error": "bad Content-Length"})
+        if n > MAX_BODY:
+            self.close_connection = True
+            return self._json(413, {"error": "request body larger than %d bytes" % MAX_BODY})
+        body = self.rfile.read(n) if n else b""
+        api = self.server.api
+        res = api.handle(self.command, self.path, self.headers.get("Authorization"), body) if api else None
+        if res is None:
+            return self._json(404, {"error": "not found"})
+        self._json(*res)
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             self._json(200, {"status": "ok"})
+        elif path == "/readyz":
+            ok, checks = self.server.ready_fn() if self.server.ready_fn else (True, {})
+            self._json(200 if ok else 503, {"status": "ready" if ok else "not ready", "checks": checks})
+        elif self.server.console is not None and self.server.console.owns(path):
+            self.server.console.handle(self)
         elif path == "/debug/vars":
             self._json(200, self.server.vars_fn())
         elif path == "/metrics":
@@ -76,16 +118,25 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 self.wfile.write(body)
         else:
-            self._json(404, {"error": "not found"})
+            self._api()
 
     do_HEAD = do_GET
+    do_PUT = do_PATCH = do_DELETE = _api
+
+    def do_POST(self):
+        if self.server.console is not None and self.server.console.owns(self.path.split("?", 1)[0]):
+            return self.server.console.handle(self)
+        self._api()
 
 
 class AdminServer:
-    def __init__(self, host, port, vars_fn):
+    def __init__(self, host, port, vars_fn, api=None):
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.vars_fn = vars_fn
+        self.httpd.api = api            # admin.api.AdminApi, or None: no JSON API
+        self.httpd.ready_fn = None      # () -> (ready, {check: bool}) for /readyz (admin/readiness.py)
+        self.httpd.console = Console(api) if api is not None else None    # the web console
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="pulsys-admin",
                                        kwargs={"poll_interval": 0.1}, daemon=True)
         self.started = time.time()

@@ -1,44 +1,207 @@
-"""In-flight fills: one upstream body download per blob, readable while it lands.
+"""In-flight fills: one upstream download per blob, readable while its pieces land.
 
-A Fill is written by exactly one fill thread and read by any number of reactor
-connections. Readers ask `wait(offset, post, fn, arg)`: if bytes past `offset` are already
-readable it returns False and they send at once; otherwise `post(fn, arg)` is called once
-when more bytes land or the fill ends. Progress is published under the fill's lock so
-no wake-up is lost.
+A Fill is the shared state of one blob being written into its part file:
 
-`available` never reaches `size` before the blob is verified and committed: the last
-byte is held back, so a client never holds a complete-looking body whose hash was wrong.
+  spans   byte ranges on disk, ((start, end), ...) half-open (cache.spans)
+  busy    pieces fetchers are downloading now, ((next byte, piece end), ...)
+  wanted  offsets readers wait for that no fetcher is about to reach
 
-Progress listeners (`add_listener(fn)`) are called as `fn(fill)` on the fill thread after
-every change, outside the lock, in order, and once more when the fill ends; the
-multi-process parent uses them to relay progress to worker processes.
+Fetchers (upstream.fill, only in the process that owns the fill) `claim` pieces,
+report bytes with `wrote`, and end the fill with `finish` or `fail`. Readers (reactor
+connections, in any process) ask `readable(offset)`: bytes contiguous on disk from their
+offset. When there are none they `wait(offset, post, fn, arg)`: `post(fn, arg)` is
+called once when bytes at that offset become readable or the fill ends. A wait for an
+offset nobody is fetching or about to fetch is also a demand: `on_demand(fill, offset)`
+is called (outside the lock, non-blocking) so the owner can start a fetcher there.
+
+The last byte of the file is never readable before the blob is verified and committed
+(ADR 0004): a client never holds a complete-looking body whose hash was wrong. A failed
+fill has nothing readable, so readers stop short of Content-Length.
+
+Progress listeners (`add_listener(fn)`) are called as `fn(fill)` after every change,
+outside the lock, and once more when the fill ends; the multi-process parent uses them to
+relay `snapshot()`s to worker processes, whose local copies take them with `apply`.
 """
 
 import threading
+
+from pulsys.cache import spans as S
 
 RUNNING, DONE, FAILED = 0, 1, 2
 
 
 class Fill:
-    __slots__ = ("lock", "blob_id", "size", "part_path", "available", "state", "waiters",
-                 "entry", "error", "listeners", "final_path")
+    __slots__ = ("lock", "blob_id", "size", "part_path", "spans", "busy", "wanted", "state",
+                 "waiters", "entry", "error", "listeners", "final_path", "on_demand")
 
     def __init__(self, blob_id, size, part_path):
         self.lock = threading.Lock()
         self.blob_id = blob_id
         self.size = size
         self.part_path = part_path
-        self.available = 0
+        self.spans = ()
+        self.busy = ()
+        self.wanted = ()
         self.state = RUNNING
-        self.waiters = []
+        self.waiters = []          # (offset, post, fn, arg)
         self.entry = None
         self.error = None
         self.listeners = None
-        self.final_path = None    # where the verified blob is renamed to (set before the rename)
+        self.final_path = None     # where the verified blob is renamed to (set before the rename)
+        self.on_demand = None      # fn(fill, offset): start fetching at offset if possible
+
+    # -- readers -------------------------------------------------------------------
+
+    def readable(self, offset):
+        """Bytes a reader may send from `offset` now (<= 0: none). Lock-free: spans and
+        state are replaced whole, never mutated."""
+        st = self.state
+        if st == DONE:
+            return self.size - offset
+        if st == FAILED:
+            return 0
+        end = S.end_at(self.spans, offset)
+        if end >= self.size:
+            end = self.size - 1
+        return end - offset
+
+    def wait(self, offset, post, fn, arg):
+        """False: bytes are readable (or the fill ended), send now. True: `post(fn, arg)`
+        will be called once, when they are or the fill ends."""
+        with self.lock:
+            if self.state != RUNNING or self.readable(offset) > 0:
+                return False
+            self.waiters.append((offset, post, fn, arg))
+            ask = self._want(offset)
+        if ask and self.on_demand is not None:
+            self.on_demand(self, offset)
+        return True
+
+    def demand(self, offset):
+        """A reader elsewhere (a worker process) waits at `offset`."""
+        with self.lock:
+            ask = self.state == RUNNING and self._want(offset)
+        if ask and self.on_demand is not None:
+            self.on_demand(self, offset)
+
+    def _coming(self, offset):
+        """On disk, being fetched, or the next byte of a piece (its fetcher goes on there)."""
+        if S.holds(self.spans, offset):
+            return True
+        for pos, end in self.busy:
+            if pos <= offset <= end:
+                return True
+        return False
+
+    def _want(self, offset):
+        if offset >= self.size or offset in self.wanted or self._coming(offset):
+            return False
+        self.wanted += (offset,)
+        return True
+
+    # -- fetchers (owner process only) -------------------------------------------------
+
+    def _taken(self):
+        t = self.spans
+        for pos, end in self.busy:
+            if pos < end:
+                t = S.add(t, pos, end)
+        return t
+
+    def claim(self, release, after, length, jump_length):
+        """Drop the busy piece that ends at `release` (or None) and claim the next piece:
+        [after, after + length) when that byte is free (a fetcher goes on where it
+        ended), else the oldest wanted offset, else the first free byte (after `after`,
+        then from 0), for up to jump_length bytes. A piece ends early where bytes are on
+        disk or claimed. -> (start, end), or None when nothing is left to fetch."""
+        size = self.size
+        with self.lock:
+            if release is not None:
+                self._drop(release)
+            piece = None
+            if self.state == RUNNING:
+                taken = self._taken()
+                start = None
+                if after is not None and after < size and not S.holds(taken, after):
+                    start = after
+                else:
+                    length = jump_length
+                    for w in self.wanted:
+                        if not S.holds(taken, w):
+                            start = w
+                            break
+                    if start is None:
+                        start = S.first_gap(taken, after or 0, size)
+                    if start is None:
+                        start = S.first_gap(taken, 0, size)
+                if start is not None:
+                    end = min(start + length, S.next_start(taken, start, size))
+                    piece = (start, end)
+                    self.busy += (piece,)
+                    self.wanted = tuple(w for w in self.wanted if w != start and not S.holds(taken, w))
+        if self.listeners:
+            self._tell()
+        return piece
+
+    def _drop(self, end):
+        # busy pieces are disjoint and a piece is never empty when claimed, so no two
+        # busy pieces share an end
+        self.busy = tuple(p for p in self.busy if p[1] != end)
+
+    def release(self, end):
+        """The fetcher of the busy piece ending at `end` stopped."""
+        with self.lock:
+            self._drop(end)
+        if self.listeners:
+            self._tell()
+
+    def wrote(self, pos, n, end):
+        """Bytes [pos, pos + n) of the busy piece ending at `end` are on disk. -> True
+        when this write completed the file (exactly one call sees True)."""
+        with self.lock:
+            if self.state != RUNNING:
+                return False
+            before = self.spans
+            self.spans = spans = S.add(before, pos, pos + n)
+            self.busy = tuple((pos + n, e) if e == end else (p, e) for p, e in self.busy)
+            complete = spans == ((0, self.size),) and before != spans
+            ws = self._wake_readable() if self.waiters else ()
+        for _, post, fn, arg in ws:
+            post(fn, arg)
+        if self.listeners:
+            self._tell()
+        return complete
+
+    def _wake_readable(self):
+        ready, keep = [], []
+        for w in self.waiters:
+            (ready if self.readable(w[0]) > 0 else keep).append(w)
+        self.waiters = keep
+        return ready
+
+    # -- worker-process copies -------------------------------------------------------
+
+    def snapshot(self):
+        with self.lock:
+            return self.spans, self.busy
+
+    def apply(self, spans, busy):
+        """Take the owner's spans and busy pieces (a relayed snapshot)."""
+        with self.lock:
+            if self.state != RUNNING:
+                return
+            self.spans, self.busy = spans, busy
+            if self.wanted:
+                self.wanted = tuple(w for w in self.wanted if not self._coming(w))
+            ws = self._wake_readable() if self.waiters else ()
+        for _, post, fn, arg in ws:
+            post(fn, arg)
+
+    # -- end -----------------------------------------------------------------------------
 
     def add_listener(self, fn):
-        """Call fn(self) after each progress change and when the fill ends. False (and not
-        added) when the fill has already ended: the caller reads the final state instead."""
+        """Call fn(self) after each change and when the fill ends. False (and not added)
+        when the fill has already ended: the caller reads the final state instead."""
         with self.lock:
             if self.state != RUNNING:
                 return False
@@ -49,49 +212,26 @@ class Fill:
         for fn in self.listeners:
             fn(self)
 
-    def wait(self, offset, post, fn, arg):
+    def _end(self, state, entry, error):
         with self.lock:
-            if self.available > offset or self.state != RUNNING:
-                return False
-            self.waiters.append((post, fn, arg))
-            return True
-
-    def _wake(self):
-        ws = self.waiters
-        self.waiters = []
-        return ws
-
-    def progress(self, written):
-        """Called by the fill thread after `written` bytes are on disk."""
-        limit = self.size - 1 if self.size else 0
-        with self.lock:
-            self.available = written if written < limit else limit
-            ws = self._wake() if self.waiters else ()
-        for post, fn, arg in ws:
+            if self.state != RUNNING:
+                return
+            self.entry, self.error = entry, error
+            if state == DONE:
+                self.spans = ((0, self.size),) if self.size else ()
+            self.state = state
+            self.busy = self.wanted = ()
+            ws, self.waiters = self.waiters, []
+        for _, post, fn, arg in ws:
             post(fn, arg)
         if self.listeners:
             self._tell()
 
     def finish(self, entry):
-        with self.lock:
-            self.entry = entry
-            self.available = self.size
-            self.state = DONE
-            ws = self._wake()
-        for post, fn, arg in ws:
-            post(fn, arg)
-        if self.listeners:
-            self._tell()
+        self._end(DONE, entry, None)
 
     def fail(self, error):
-        with self.lock:
-            self.error = error
-            self.state = FAILED
-            ws = self._wake()
-        for post, fn, arg in ws:
-            post(fn, arg)
-        if self.listeners:
-            self._tell()
+        self._end(FAILED, None, error)
 
 
 class Inflight:

@@ -5,12 +5,15 @@ a reactor thread (it fsyncs).
     <cache-dir>/v1/blobs/sha1/<aa>/<hex>     regular files, named by their git blob sha1
     <cache-dir>/v1/tmp/<random>.part         fills in progress (removed at startup)
     <cache-dir>/v1/meta/<aa>/<digest>.json   one Entry or revision mapping per file
+    <cache-dir>/v1/index-snapshot.json       all of meta/ in one file (cache/snapshot.py)
+    <cache-dir>/v1/lock                      flock: servers shared, `pulsys verify` exclusive
 
 A blob is written under tmp/, fsynced, verified by the caller, then renamed into
 blobs/ and the directory fsynced: a path under blobs/ always holds complete, verified
 bytes. Blobs are shared by every repo and revision that points at the same content.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -18,8 +21,13 @@ import secrets
 import threading
 import time
 
+from pulsys.cache import snapshot
+from pulsys.log import get_logger
 from pulsys.model.entry import Entry
 from pulsys.model.target import is_commit
+
+ALGOS = ("sha256", "sha1", "other")
+LOG_EACH = 20      # skipped files logged one by one at load; the rest only counted
 
 
 def _digest(key):
@@ -50,6 +58,28 @@ class Store:
         self.small_left = small_budget
         self._small = {}
         self._small_lock = threading.Lock()
+        self.on_commit = None         # callable(blob_id, size) after a blob lands in blobs/
+        self.scan = {}                # blob id -> (size, mtime) found by the last load
+        self.loaded_from = None       # "snapshot" | "meta", set by load
+        self.snapshot_served = {}     # blob id -> wall time last served, from the snapshot
+        self._lock_fd = -1
+        self.log = get_logger("store")
+
+    def lock(self, exclusive=False):
+        """flock v1/lock: a server holds it shared, `pulsys verify` exclusive. Raises
+        BlockingIOError when the other kind is held."""
+        fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def unlock(self):
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)      # closing the descriptor drops the flock
+            self._lock_fd = -1
 
     def attach_small_body(self, entry):
         """Give a FILE entry with a committed blob its bytes when it is small and the
@@ -79,10 +109,16 @@ class Store:
 
     def blob_path(self, blob_id):
         algo, _, hexd = blob_id.partition("/")
-        return os.path.join(self.blobs, algo, hexd[:2], hexd)
+        return "%s%s%s%s%s%s%s" % (self.blobs, os.sep, algo, os.sep, hexd[:2], os.sep, hexd)
 
-    def has_blob(self, blob_id):
-        return os.path.exists(self.blob_path(blob_id))
+    def has_blob(self, blob_id, size=None):
+        """The blob is in blobs/ (with `size` bytes, when given: a file of another size
+        there is a leftover that a fill must replace, never a hit)."""
+        try:
+            st = os.stat(self.blob_path(blob_id))
+        except OSError:
+            return False
+        return size is None or st.st_size == size
 
     def new_part_path(self):
         return os.path.join(self.tmp, secrets.token_hex(12) + ".part")
@@ -92,13 +128,50 @@ class Store:
         fd = os.open(part_path, os.O_RDONLY)
         try:
             os.fsync(fd)
+            size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         dest = self.blob_path(blob_id)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         os.replace(part_path, dest)
         _fsync_dir(os.path.dirname(dest))
+        if self.on_commit is not None:
+            self.on_commit(blob_id, size)
         return dest
+
+    def remove_blob(self, blob_id, size):
+        """Unlink an evicted blob and drop its in-memory copy. Open descriptors keep
+        reading the old inode until they are closed."""
+        try:
+            os.unlink(self.blob_path(blob_id))
+        except FileNotFoundError:
+            pass
+        with self._small_lock:
+            if self._small.pop(blob_id, None) is not None:
+                self.small_left += size
+
+    def scan_blobs(self):
+        """-> {blob id: (size, mtime)} of every file under blobs/ (one stat each)."""
+        out = {}
+        for algo in ALGOS:
+            top = os.path.join(self.blobs, algo)
+            try:
+                subs = [d.path for d in os.scandir(top) if d.is_dir(follow_symlinks=False)]
+            except FileNotFoundError:
+                continue
+            prefix = algo + "/"
+            for sub in subs:
+                aa = os.path.basename(sub)
+                with os.scandir(sub) as it:
+                    for f in it:
+                        if not f.name.startswith(aa):
+                            continue            # not where blob_path() looks for it
+                        try:
+                            st = f.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        out[prefix + f.name] = (st.st_size, st.st_mtime)
+        return out
 
     def discard(self, part_path):
         try:
@@ -132,6 +205,13 @@ class Store:
             os.close(fd)
         os.replace(tmp, path)
 
+    def remove_meta(self, key):
+        """Delete the metadata file of `key` (an entry or a revision mapping); a purge."""
+        try:
+            os.unlink(self._meta_path(key))
+        except FileNotFoundError:
+            pass
+
     def save_entry(self, entry, fetched_at, immutable):
         doc = {"type": "entry", "fetched_at": fetched_at, "immutable": immutable,
                "entry": entry.to_json()}
@@ -142,22 +222,63 @@ class Store:
                                "rev": rev, "commit": commit, "fetched_at": fetched_at})
 
     def load(self, index, ttl, now_mono, now_wall=None):
-        """Rebuild `index` from disk. Returns (entries, revs, skipped)."""
+        """Rebuild `index` from disk: from the index snapshot when it still describes
+        meta/, else from every file in meta/. Blobs are checked against a walk of blobs/
+        (kept in self.scan): an entry whose blob is missing or has the wrong size loads as
+        metadata only (HEAD answers, GET refetches). Returns (entries, revs, skipped)."""
         now_wall = time.time() if now_wall is None else now_wall
-        n_entries = n_revs = skipped = 0
-        for sub in os.listdir(self.meta):
-            d = os.path.join(self.meta, sub)
-            if not os.path.isdir(d):
-                continue
-            for name in os.listdir(d):
-                path = os.path.join(d, name)
+        self.scan = self.scan_blobs()
+        doc, why = snapshot.read(self)
+        if why is not None:
+            self._warn("index snapshot not used; reading metadata files", reason=why)
+        if doc is not None:
+            try:
+                return self._load_snapshot(doc, index, ttl, now_mono, now_wall)
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                self._warn("index snapshot unusable; reading metadata files", error=repr(e))
+                index.entries.clear()
+                index.revs.clear()
+        self.loaded_from, self.snapshot_served = "meta", {}
+        return self._load_meta(index, ttl, now_mono, now_wall)
+
+    def _warn(self, event, **kw):
+        self.log.warning(event, **kw)
+
+    def _skip(self, n, path, why):
+        if n < LOG_EACH:
+            self._warn("skipped at load", path=path, reason=why)
+        elif n == LOG_EACH:
+            self._warn("more files skipped at load; counting only")
+
+    def _blob_for(self, blob_id, size, key, n_bad):
+        """The blob path for an entry's blob id when the blob is there with its size."""
+        found = self.scan.get(blob_id) if blob_id else None
+        if found is None:
+            return None, n_bad
+        if found[0] != size:
+            if n_bad < LOG_EACH:
+                self._warn("blob has the wrong size; entry loads as metadata only",
+                                 key=key, blob=blob_id, size=found[0], expected=size)
+            return None, n_bad + 1
+        return self.blob_path(blob_id), n_bad
+
+    def _load_meta(self, index, ttl, now_mono, now_wall):
+        n_entries = n_revs = skipped = bad_blobs = 0
+        loads = json.loads
+        with os.scandir(self.meta) as top:
+            subs = [d.path for d in top if d.is_dir(follow_symlinks=False)]
+        for d in subs:
+            with os.scandir(d) as it:
+                names = [f.name for f in it]
+            for name in names:
+                path = d + os.sep + name
                 if not name.endswith(".json"):
                     if name.endswith(".tmp"):
-                        self.discard(path)
+                        self.discard(path)      # a metadata write that never got renamed
                     continue
                 try:
                     with open(path, "rb") as f:
-                        doc = json.load(f)
+                        doc = loads(f.read())
                     age = now_wall - float(doc["fetched_at"])
                     if doc["type"] == "rev":
                         commit = doc["commit"]
@@ -168,18 +289,38 @@ class Store:
                         n_revs += 1
                         continue
                     ed = doc["entry"]
-                    blob_path = None
-                    if ed.get("blob_id"):
-                        p = self.blob_path(ed["blob_id"])
-                        if os.path.exists(p) and os.path.getsize(p) == ed["size"]:
-                            blob_path = p
+                    blob_path, bad_blobs = self._blob_for(ed.get("blob_id"), ed["size"], ed["key"],
+                                                          bad_blobs)
                     expires = 0.0 if doc["immutable"] else now_mono + ttl - age
                     if expires and expires <= 0:
                         expires = 1e-9  # stale but kept for offline fallback
                     e = self.attach_small_body(Entry.from_json(ed, blob_path, expires))
                     index.publish(e)
                     n_entries += 1
-                except (OSError, ValueError, KeyError, TypeError) as exc:
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                    self._skip(skipped, path, "%s: %s" % (type(exc).__name__, exc))
                     skipped += 1
-                    del exc
+        if skipped:
+            self._warn("metadata files skipped at load", count=skipped)
         return n_entries, n_revs, skipped
+
+    def _load_snapshot(self, doc, index, ttl, now_mono, now_wall):
+        bad_blobs = 0
+        for r in doc["entries"]:
+            kind, key, size, etag, commit, lfs, blob_id, ctype, cdisp, status, headers, body, \
+                fetched, immutable = r
+            blob_path, bad_blobs = self._blob_for(blob_id, size, key, bad_blobs)
+            expires = 0.0 if immutable else now_mono + ttl - (now_wall - fetched)
+            if expires and expires <= 0:
+                expires = 1e-9
+            e = Entry(kind, key, size, etag, commit, lfs, blob_id, blob_path, ctype, cdisp, status,
+                      tuple(map(tuple, headers)) if headers else (), body.encode("latin-1"), expires)
+            index.publish(self.attach_small_body(e))
+        for key, commit, fetched in doc["revs"]:
+            if not is_commit(commit):
+                raise ValueError("bad commit in snapshot")
+            snapshot.set_rev(index, key, commit, now_mono + ttl - (now_wall - fetched), fetched)
+        served = doc.get("served") or {}
+        self.loaded_from = "snapshot"
+        self.snapshot_served = served if isinstance(served, dict) else {}
+        return len(doc["entries"]), len(doc["revs"]), 0

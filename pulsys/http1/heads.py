@@ -28,11 +28,15 @@ CONN_CLOSE = b"Connection: close\r\n\r\n"
 
 
 def clean(value):
-    """A header value safe to put on the wire: no CR, LF, NUL or other controls."""
+    """A header value safe to put on the wire: printable ASCII and tab only. Controls
+    (CR, LF, NUL, ...) are dropped, so nothing a client or upstream sent can end a header
+    line; other non-ASCII characters become backslash escapes (a name like "\u00e9.bin"
+    stays recognisable without putting raw bytes into a header)."""
     s = str(value)
-    if s.isprintable():
+    if s.isascii() and s.isprintable():
         return s
-    return "".join(c for c in s if c == "\t" or c.isprintable())
+    kept = "".join(c for c in s if c == "\t" or c.isprintable() and not "\x7f" <= c <= "\x9f")
+    return kept.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def status_line(status):
@@ -40,7 +44,7 @@ def status_line(status):
 
 
 def _hdr(name, value):
-    return ("%s: %s\r\n" % (name, clean(value))).encode("latin-1", "replace")
+    return ("%s: %s\r\n" % (name, clean(value))).encode("ascii")
 
 
 class FileHeads:
@@ -103,10 +107,13 @@ def render_canned(status, headers, body_len, keep_alive):
 
 
 @functools.lru_cache(maxsize=256)
-def error_response(status, message, keep_alive=False, head_only=False):
-    """A complete pulsys-generated error (head + JSON body) in the Hub's style."""
+def error_response(status, message, keep_alive=False, head_only=False, allow=""):
+    """A complete pulsys-generated error (head + JSON body) in the Hub's style. `allow`:
+    the Allow header of a 405 (RFC 9110 §15.5.6)."""
     body = json.dumps({"error": message}).encode()
-    head = render_canned(status, (("Content-Type", "application/json"),
-                                  ("X-Error-Message", message),
-                                  ("X-Content-Type-Options", "nosniff")), len(body), keep_alive)
+    headers = (("Content-Type", "application/json"), ("X-Error-Message", message),
+               ("X-Content-Type-Options", "nosniff"))
+    if allow:
+        headers += (("Allow", allow),)
+    head = render_canned(status, headers, len(body), keep_alive)
     return head if head_only else head + body

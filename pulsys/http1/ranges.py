@@ -2,11 +2,25 @@
 
 hf-protocol.md §4.2/§6: hf_transfer asks for `bytes=0-0` to learn the size and ends its
 last chunk past EOF, so an end beyond the last byte is clamped, never refused.
-Several ranges in one header, other units and syntax errors are ignored (RFC 9110
-§14.2 lets a server ignore Range), which means a 200 with the whole body.
+
+Policy (docs/security.md, "Ranges"):
+  * no Range, or a unit other than bytes: the whole body, 200 (RFC 9110 §14.2: a server
+    MUST ignore a range unit it does not understand);
+  * several ranges in one header ("bytes=0-1,5-6"): the whole body, 200 (§14.2 lets a
+    server ignore Range; no multipart/byteranges bodies, so no amplification);
+  * one range that is malformed (no digits, a sign, "-", last < first, non-ASCII digits)
+    or starts at or past the end, however large the number: 416 with
+    `Content-Range: bytes */SIZE` (§15.5.17 allows 416 for invalid ranges; a 200 would
+    corrupt a client that writes the body at the offset it asked for, as hf_transfer
+    does, hf-protocol.md §6);
+  * a last-pos past the end is clamped; a suffix longer than the body is the whole body.
+Digit strings longer than 19 characters are never converted (int() of a 5,000-digit
+string raises ValueError in CPython ≥ 3.11 and costs quadratic time before that): a
+first-pos that long is past any real size, a last-pos that long is clamped.
 """
 
 UNSATISFIABLE = -1
+_DIGITS = 19      # 10**19 - 1 > 2**63: longer numbers are past the end of any file
 
 
 def parse_range(value, size):
@@ -20,27 +34,29 @@ def parse_range(value, size):
     if "," in spec:
         return None
     first_s, dash, last_s = spec.partition("-")
-    if not dash:
-        return None
     first_s, last_s = first_s.strip(), last_s.strip()
-    if not (first_s.isdigit() or first_s == "") or not (last_s.isdigit() or last_s == ""):
-        return None
-    if not first_s.isascii() or not last_s.isascii() or len(first_s) > 19 or len(last_s) > 19:
-        return None
+    if not dash or not _digits(first_s) or not _digits(last_s) or not (first_s or last_s):
+        return UNSATISFIABLE
     if first_s == "":
-        if last_s == "":
-            return None
-        n = int(last_s)
-        if n == 0 or size == 0:
+        if size == 0 or last_s.strip("0") == "":
             return UNSATISFIABLE
-        return (max(0, size - n), size - 1)
+        if len(last_s) > _DIGITS:
+            return (0, size - 1)
+        return (max(0, size - int(last_s)), size - 1)
+    if len(first_s) > _DIGITS:
+        return UNSATISFIABLE
     first = int(first_s)
-    if last_s and int(last_s) < first:
-        return None
+    if last_s and len(last_s) <= _DIGITS and int(last_s) < first:
+        return UNSATISFIABLE
     if first >= size:
         return UNSATISFIABLE
-    last = int(last_s) if last_s else size - 1
-    return (first, min(last, size - 1))
+    last = size - 1 if not last_s or len(last_s) > _DIGITS else min(int(last_s), size - 1)
+    return (first, last)
+
+
+def _digits(s):
+    """"" or ASCII digits only (str.isdigit also accepts "²" and Arabic-Indic digits)."""
+    return s == "" or (s.isascii() and s.isdigit())
 
 
 def etag_matches(if_none_match, etag_value):

@@ -16,7 +16,17 @@ def cache_key(kind, rtype, repo, rev, path="", extra=""):
     revision -> commit mapping. rev is the decoded revision; path the decoded file path;
     extra a normalised query or body digest for API listings.
     """
-    return "%d|%s|%s|%s|%s|%s" % (kind, rtype, repo, rev, path, extra)
+    return "%d|%s|%s|%s|%s|%s" % (kind, rtype, _field(repo), _field(rev), _field(path), _field(extra))
+
+
+def _field(s):
+    """Fields joined with "|" must not contain it, or two targets could share a key (a
+    revision "a|b" with file "c", and revision "a" with file "b|c": git ref names and
+    file names may both contain "|"). Escaping "%" first keeps the mapping one-to-one;
+    fields without either character, i.e. nearly all, are unchanged."""
+    if "|" in s or "%" in s:
+        return s.replace("%", "%25").replace("|", "%7C")
+    return s
 
 
 REV = 100  # kind used for revision -> commit mappings

@@ -22,7 +22,7 @@ URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 
 class Target:
     __slots__ = ("kind", "rtype", "repo", "rev", "path", "query", "upstream_path",
-                 "status", "message", "key", "rkey", "ckey", "body_url")
+                 "status", "message", "allow", "key", "rkey", "ckey", "body_url")
 
     def __init__(self, kind, rtype="", repo="", rev="", path="", query="", upstream_path="",
                  status=0, message=""):
@@ -35,6 +35,7 @@ class Target:
         self.upstream_path = upstream_path  # percent-encoded path to ask upstream for
         self.status = status          # REJECT only
         self.message = message        # REJECT only
+        self.allow = ""               # REJECT 405 only: the Allow header (RFC 9110 §15.5.6)
         self.body_url = False         # RESOLVE via /api/resolve-cache/: a body URL, never a redirect
         self.key = None               # cache key, filled in by the first index lookup
         self.rkey = None              # revision-mapping key, likewise

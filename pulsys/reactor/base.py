@@ -15,6 +15,8 @@ import os
 import time
 
 from pulsys import metrics as M
+from pulsys.auth.gate import refusal
+from pulsys.cache.downloads import ONE
 from pulsys.cache.inflight import DONE, FAILED
 from pulsys.errors import ProtocolError
 from pulsys.http1.heads import error_response, prepare, render_canned
@@ -24,6 +26,7 @@ from pulsys.model import target as T
 from pulsys.model.entry import FILE
 from pulsys.model.job import Job
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, WAIT_FILL, WAIT_JOB
+from pulsys.reactor.limits import ConnectionLimits
 from pulsys.route import route
 from pulsys.warm import plan_warm
 
@@ -54,9 +57,13 @@ class ReactorBase:
     name = "base"
 
     def __init__(self, listener, index, submit, mailbox, sender, fdcache, access_log=None,
-                 idle_timeout=75.0, header_timeout=30.0, send_timeout=300.0, max_connections=10000):
+                 idle_timeout=75.0, header_timeout=30.0, send_timeout=60.0, max_connections=10000,
+                 max_per_ip=0, gate=None):
         self.listener = listener
+        self.gate = gate          # auth.gate.Gate when API keys are required, else None
         self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.accept_paused = False
         self.stopping = False
         self.index = index
         self.submit = submit
@@ -66,12 +73,15 @@ class ReactorBase:
         self.send_both = getattr(sender, "send_head_and_body", None)   # one syscall (darwin)
         self.fdcache = fdcache
         self.counters = M.new()
+        self.limits = ConnectionLimits(max_connections, max_per_ip, self.counters)
         self.access = access_log.append if access_log is not None else None
         self.idle_timeout = idle_timeout
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
         self.conns = {}
         self.heads = {}    # exact head bytes -> (RequestHead, Target), GET/HEAD without body
+        self.served = {}   # blob id -> monotonic time of its last warm hit (cache/recency.py)
+        self.downloads = {}   # cache key -> GETs answered and bytes, packed (cache/downloads.py)
         self.now = time.monotonic()
         self.log = get_logger("reactor")
 
@@ -84,6 +94,7 @@ class ReactorBase:
             if st == SEND:
                 r = self._send(conn)
                 if r == BLOCKED:
+                    conn.last_active = self.now   # the socket took bytes: not stalled
                     self.want(conn, 2)
                     return
                 if r == WAITING:
@@ -157,6 +168,9 @@ class ReactorBase:
     def _recv(self, conn):
         if conn.rstart == conn.rend:
             conn.rstart = conn.rend = 0
+            # a new head starts with whatever this recv brings: --header-timeout runs from
+            # here, and bytes dripping in later do not restart it (sweep)
+            conn.last_active = self.now
         elif conn.rend == len(conn.rbuf):
             n = conn.rend - conn.rstart
             conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
@@ -174,7 +188,6 @@ class ReactorBase:
             self.close(conn)
             return False
         conn.rend += n
-        conn.last_active = self.now
         return True
 
     # -- requests --------------------------------------------------------------
@@ -186,10 +199,24 @@ class ReactorBase:
         conn.t0 = time.monotonic()
         conn.close_after = not head.keep_alive
         kind = t.kind
+        conn.hbase = M.H_COLD if kind == T.RESOLVE else M.H_API if kind < T.LOCAL else -1
+        gate = self.gate
+        if gate is not None and kind != T.LOCAL and head.authorization not in gate.verdicts \
+                and gate.scope(head.authorization) is None:
+            c[M.AUTH_REFUSALS] += 1
+            conn.hbase = -1
+            self._respond(conn, head, 401, refusal(gate.reason(head.authorization), head.keep_alive,
+                                                   head.method == "HEAD"), not head.keep_alive)
+            return
         if kind == T.RESOLVE:
             e = self.index.lookup(t, conn.t0)
             if e is not None and plan_warm(head, e, conn.plan):
                 c[M.CACHE_HITS] += 1
+                conn.hbase = M.H_WARM
+                self.served[e.blob_id] = conn.t0    # for LRU eviction; "" for CANNED entries
+                if e.kind == FILE and head.method == "GET":    # per-repo stats: one dict store
+                    d = self.downloads
+                    d[e.key] = d.get(e.key, 0) + (ONE + (conn.plan.count or len(conn.plan.head)))
                 self._start(conn, e, None, "hit")
                 return
             c[M.CACHE_MISSES] += 1
@@ -197,7 +224,7 @@ class ReactorBase:
             close = t.status == 400
             self._respond(conn, head, t.status,
                           error_response(t.status, t.message, head.keep_alive and not close,
-                                         head.method == "HEAD"), close)
+                                         head.method == "HEAD", t.allow), close)
             return
         elif kind == T.LOCAL:
             headers, payload = _LOCAL[t.path]
@@ -228,6 +255,9 @@ class ReactorBase:
         if r.entry.kind == FILE and r.entry.heads is None:
             prepare(r.entry)
         ok = plan_warm(head, r.entry, conn.plan)
+        if r.entry.kind == FILE and head.method == "GET" and (ok or r.fill is not None):
+            d = self.downloads      # a cold download, for per-repo stats (cache/downloads.py)
+            d[r.entry.key] = d.get(r.entry.key, 0) + (ONE + (conn.plan.count or len(conn.plan.head)))
         if not ok and r.fill is None:
             self._respond(conn, head, 503, error_response(503, "cached body vanished; retry", False), True)
         else:
@@ -334,7 +364,7 @@ class ReactorBase:
                 count = conn.file_left if conn.file_left < SEND_TURN else SEND_TURN
                 fill = conn.fill
                 if fill is not None:
-                    avail = fill.available - conn.file_off
+                    avail = fill.readable(conn.file_off)
                     if avail <= 0:
                         if fill.state == FAILED:
                             return ABORT
@@ -374,10 +404,15 @@ class ReactorBase:
     def _finish(self, conn):
         self._release_file(conn)
         self.counters[M.BYTES_SERVED] += conn.sent
-        if self.access is not None and conn.head is not None:
-            h = conn.head
-            self.access((conn.t0, h.method, h.target, conn.status, conn.sent, conn.outcome,
-                         time.monotonic() - conn.t0))
+        if conn.head is not None:
+            # from the head being parsed to the last body byte handed to the kernel
+            took = time.monotonic() - conn.t0
+            if conn.hbase >= 0:
+                M.observe(self.counters, conn.hbase, took)
+                conn.hbase = -1
+            if self.access is not None:
+                h = conn.head
+                self.access((conn.t0, h.method, h.target, conn.status, conn.sent, conn.outcome, took))
         conn.sent = 0
         conn.head = None
 
@@ -394,7 +429,14 @@ class ReactorBase:
         conn.gen += 1
         self.conns.pop(conn.fd, None)
         self.counters[M.CONNECTIONS_CLOSED] += 1
+        if conn.peer is not None:
+            self.limits.closed(conn.peer)
+            conn.peer = None
         self.release_socket(conn)
+
+    def open_sockets(self):
+        """Client sockets this reactor still holds open."""
+        return len(self.conns)
 
     def release_socket(self, conn):
         try:
@@ -402,8 +444,35 @@ class ReactorBase:
         except OSError:
             pass
 
+    # -- accept-time limits --------------------------------------------------------
+
+    def admit(self, sock, peer):
+        """A new client socket: True to serve it, False when a limit refused it (answered
+        503 and closed; reactor/limits.py)."""
+        return self.limits.admit(sock, peer, len(self.conns))
+
+    def register(self, conn, peer):
+        self.conns[conn.fd] = conn
+        self.counters[M.CONNECTIONS_ACCEPTED] += 1
+        conn.peer = self.limits.opened(peer)
+
+    def pause_accept(self):
+        """Out of file descriptors (EMFILE/ENFILE): stop accepting until the next sweep,
+        instead of spinning on a listener that stays readable."""
+        if not self.accept_paused:
+            self.accept_paused = True
+            self.log.warning("out of file descriptors; accepting again in a second",
+                             open_connections=len(self.conns))
+
+    def resume_accept(self):
+        self.accept_paused = False
+
     def sweep(self):
-        """Close idle, stalled and slow-header connections."""
+        """Close idle, stalled and slow-header connections; resume a paused accept.
+        last_active is when the current head began (or the last response ended) for a
+        connection that reads, and the last time its socket took bytes for one that sends."""
+        if self.accept_paused:
+            self.resume_accept()
         now = self.now
         for conn in list(self.conns.values()):
             idle = now - conn.last_active

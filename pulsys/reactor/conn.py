@@ -12,6 +12,8 @@ class Conn:
         "sock", "fd", "rbuf", "rview", "rstart", "rend", "state", "gen", "events",
         "head", "plan", "out", "out_off", "file_fd", "file_path", "file_off", "file_left",
         "fill", "close_after", "t0", "outcome", "status", "sent", "last_active", "target_text",
+        "peer",        # key counted by --max-connections-per-ip, or None
+        "hbase",       # latency histogram of this request (metrics.H_WARM/H_COLD/H_API), or -1
         # io_uring backend only: operations in flight and the buffers they own
         "inflight", "recv_pending", "recv_ibuf", "ibuf", "sending", "send_buf", "poll_pending",
     )
@@ -42,6 +44,8 @@ class Conn:
         self.sent = 0
         self.last_active = now
         self.target_text = ""
+        self.peer = None
+        self.hbase = -1
         self.inflight = 0
         self.recv_pending = False
         self.recv_ibuf = False

@@ -48,6 +48,17 @@ class FdCache:
             else:
                 os.close(fd)
 
+    def forget(self, paths):
+        """These files were unlinked (evicted): close their idle fds now, and in-use ones
+        when their last connection releases them, so the space comes back."""
+        for path in paths:
+            rec = self._fds.pop(path, None)
+            if rec is not None:
+                if rec[1]:
+                    self._doomed[rec[0]] = rec[1]
+                else:
+                    os.close(rec[0])
+
     def close_all(self):
         for fd, _ in self._fds.values():
             os.close(fd)

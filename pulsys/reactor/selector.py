@@ -5,11 +5,11 @@ the kernel says EAGAIN; accept runs until EAGAIN. The loop, in order: wait, disp
 ready sockets, drain the mailbox, sweep timeouts once a second.
 """
 
+import errno
 import selectors
 import socket
 import time
 
-from pulsys import metrics as M
 from pulsys.reactor.base import ReactorBase
 from pulsys.reactor.conn import Conn
 
@@ -39,25 +39,34 @@ class SelectorReactor(ReactorBase):
         conn.events = events
 
     def _accept(self):
-        c = self.counters
         accept = self.listener.accept
         while True:
             try:
-                sock, _ = accept()
+                sock, addr = accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # EMFILE, ECONNABORTED: try again on the next readiness event
-            if len(self.conns) >= self.max_connections:
-                sock.close()
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self.pause_accept()
+                return  # ECONNABORTED and the like: the next readiness event tries again
+            peer = addr[0] if type(addr) is tuple else ""
+            if not self.admit(sock, peer):
                 continue
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Conn(sock, self.now)
-            self.conns[conn.fd] = conn
-            c[M.CONNECTIONS_ACCEPTED] += 1
+            self.register(conn, peer)
             self.advance(conn)
+
+    def pause_accept(self):
+        if not self.accept_paused:
+            self.sel.unregister(self.listener)
+        ReactorBase.pause_accept(self)
+
+    def resume_accept(self):
+        self.sel.register(self.listener, selectors.EVENT_READ, _LISTEN)
+        ReactorBase.resume_accept(self)
 
     def run(self):
         sel = self.sel

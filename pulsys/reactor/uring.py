@@ -16,12 +16,16 @@ socket as in the portable backend, with a POLL_ADD on the ring when the socket i
 (docs/internals.md has the reasoning and measurements).
 """
 
+import errno
 import select
 import socket
 from time import monotonic
 
 from pulsys import metrics as M
+from pulsys.metrics import H_WARM, observe
 from pulsys.platform.uring import CQE_F_MORE, LINK_QUIET, MSG_WAITALL, Ring
+from pulsys.cache.downloads import ONE
+from pulsys.model.entry import FILE
 from pulsys.model.target import RESOLVE
 from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
@@ -48,6 +52,10 @@ class UringReactor(ReactorBase):
             conn.poll_pending = True
             conn.inflight += 1
             self.counters[M.URING_SQES] += 1
+
+    def resume_accept(self):
+        self.ring.prep_accept(self.listener.fileno(), OP_ACCEPT)
+        ReactorBase.resume_accept(self)
 
     def _recv(self, conn):
         if conn.recv_pending:
@@ -96,6 +104,10 @@ class UringReactor(ReactorBase):
         conn.inflight += 1
         c[M.URING_SQES] += 1
         return WAITING
+
+    def open_sockets(self):
+        # closed connections whose last operations are still in flight keep their socket
+        return len(self.conns) + len(self.zombies)
 
     def release_socket(self, conn):
         if conn.inflight:
@@ -147,19 +159,28 @@ class UringReactor(ReactorBase):
             self.internal_error(conn)
 
     def _on_accept(self, res, flags):
+        if res == -errno.EMFILE or res == -errno.ENFILE:
+            if not flags & CQE_F_MORE:
+                self.pause_accept()     # re-armed by the next sweep, not at once
+            return
         if not flags & CQE_F_MORE:
             self.ring.prep_accept(self.listener.fileno(), OP_ACCEPT)   # re-arm
         if res < 0:
             return
-        if len(self.conns) >= self.max_connections:
-            socket.socket(self.family, socket.SOCK_STREAM, 0, res).close()
-            return
         sock = socket.socket(self.family, socket.SOCK_STREAM, 0, res)
+        peer = ""
+        if self.max_per_ip:
+            try:
+                peer = sock.getpeername()[0]   # multishot accept returns no address
+            except OSError:
+                sock.close()
+                return
+        if not self.admit(sock, peer):
+            return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Conn(sock, self.now)
-        self.conns[conn.fd] = conn
-        self.counters[M.CONNECTIONS_ACCEPTED] += 1
+        self.register(conn, peer)
         try:
             self.advance(conn)
         except Exception:
@@ -183,8 +204,9 @@ class UringReactor(ReactorBase):
                 if n + res > len(conn.rbuf):
                     self._grow(conn, max(n + res, RBUF_SIZE))
             conn.rbuf[conn.rend:conn.rend + res] = conn.ibuf[:res]
+        else:
+            conn.last_active = self.now   # a new head begins (ReactorBase._recv, sweep)
         conn.rend += res
-        conn.last_active = self.now
         if conn.state == READ and not self._hit(conn):
             self.advance(conn)
 
@@ -201,6 +223,9 @@ class UringReactor(ReactorBase):
         head, t = known
         if t.kind != RESOLVE or not head.keep_alive:
             return False
+        gate = self.gate
+        if gate is not None and head.authorization not in gate.verdicts:
+            return False      # not accepted yet (or revoked): the general step checks it
         t0 = monotonic()
         e = self.index.lookup(t, t0)
         plan = conn.plan
@@ -223,8 +248,14 @@ class UringReactor(ReactorBase):
         c[M.BYTES_SERVED] += n
         if plan.status == 200 or plan.status == 206:
             c[M.FUSED_HEAD_BODY] += 1
+        took = monotonic() - t0     # to the send queued on the ring (the fused hit's whole work)
+        observe(c, H_WARM, took)
+        self.served[e.blob_id] = t0     # for LRU eviction, as the general step does
+        if e.kind == FILE and head.method == "GET":    # per-repo stats (cache/downloads.py)
+            d = self.downloads
+            d[e.key] = d.get(e.key, 0) + (ONE + n)
         if self.access is not None:
-            self.access((t0, head.method, head.target, plan.status, n, "hit", monotonic() - t0))
+            self.access((t0, head.method, head.target, plan.status, n, "hit", took))
         return True
 
     def _on_send(self, conn, res):

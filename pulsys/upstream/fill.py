@@ -1,67 +1,294 @@
-"""Stream one upstream body into the cache while clients read it from the part file.
+"""Run one fill: fetch a blob into its part file piece by piece, verify it, commit it.
 
-The fill thread is the only writer of a part file. It hashes as it writes, publishes
-progress to the Fill (which wakes waiting reactors), and commits only verified bytes:
-LFS blobs must match X-Linked-Etag (sha256) and X-Linked-Size, regular files their git
-blob sha1 when the Hub gave one (hf-protocol.md §2.1: clients do not verify; we do).
+Fetchers. The job that creates the fill runs its first fetcher on its own pool thread.
+A reader that waits for bytes nobody is fetching (a cold Range request, hf_transfer's
+parallel chunks) makes the Fill call `on_demand`, which starts another fetcher on the
+pool: at most PER_FILL per fill, and at most `budget` extra ones over all fills, so
+fills never take every pool thread from metadata jobs. Each fetcher claims a piece,
+GETs exactly those bytes with `Range`, pwrites them at their offset in the shared part
+file, and claims the next piece: where it ended if that is free (pieces double up to
+MAX_PIECE, so a lone sequential fill makes few requests), else a wanted offset, else the
+first free byte. No byte is claimed twice, so upstream sends each byte once (ADR 0007).
+
+Resume. A piece whose body breaks (premature EOF, reset, a stall longer than the read
+timeout, 5xx/429) is asked for again from the last byte written, after a backoff; more
+than `retries` failed attempts in a row (one that brought RESET_AFTER bytes starts the
+count again) fail the fill. A 403 from the CDN means the signed URL expired (a fill
+makes requests for as long as it runs, and the Hub's URLs last about an hour): the
+fill asks the Hub for a new one (`renew`) and goes on.
+
+End. The fetcher whose write completes the file verifies it (digest.Hasher), fsyncs and
+renames it into blobs/ and publishes the Entry. Any failure fails the Fill (readers stop
+short of Content-Length), removes the part file and commits nothing; a digest mismatch
+is counted and the blob fetched once more from scratch, a second mismatch is final.
 """
 
-import hashlib
 import os
+import threading
+import time
 
+import requests
+import urllib3
+
+from pulsys import metrics as M
+from pulsys.cache.inflight import RUNNING
 from pulsys.errors import CacheCorrupt, UpstreamError
+from pulsys.upstream.ranged import Forbidden, Transient, open_range
+from pulsys.upstream.digest import Hasher
 
+PER_FILL = 8                 # fetchers of one fill at once
+FIRST_PIECE = 8 << 20        # bytes a fetcher asks for when it starts somewhere new
+MAX_PIECE = 64 << 20         # a fetcher going on where it ended doubles its piece up to this
 CHUNK = 256 * 1024
+RESET_AFTER = 1 << 20        # an attempt that brought this many bytes resets the retry count
+RENEWALS = 3                 # new signed URLs one piece may ask for after 403s
+BACKOFF, BACKOFF_MAX = 0.1, 2.0
+_NETWORK = (requests.RequestException, urllib3.exceptions.HTTPError, Transient)
 
 
-class Verifier:
-    """Incremental digest matching a blob id ("sha256/<hex>", "sha1/<hex>" or other)."""
-    __slots__ = ("algo", "want", "h")
-
-    def __init__(self, blob_id, size):
-        self.algo, _, self.want = blob_id.partition("/")
-        if self.algo == "sha256":
-            self.h = hashlib.sha256()
-        elif self.algo == "sha1":
-            self.h = hashlib.sha1(b"blob %d\0" % size)   # git blob object header
-        else:
-            self.h = None
-
-    def update(self, data):
-        if self.h is not None:
-            self.h.update(data)
-
-    def ok(self):
-        return self.h is None or self.h.hexdigest() == self.want
+class _Stopped(Exception):
+    """The fill ended (failed elsewhere) while this fetcher was working."""
 
 
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+class Budget:
+    """Extra fetchers (beyond the first of each fill) allowed over all fills."""
+
+    def __init__(self, n):
+        self.left = n
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+    def give(self):
+        with self.lock:
+            self.left += 1
 
 
-def stream_into(fill, fd, resp, blob_id, size, on_bytes=None):
-    """Copy resp's body into fd, publishing progress. Raises on short, long or bad bytes."""
-    if resp.status_code != 200:
-        raise UpstreamError("upstream body request answered %d" % resp.status_code)
-    decode = bool(resp.headers.get("Content-Encoding", "").strip())
-    v = Verifier(blob_id, size)
-    written = 0
-    for chunk in resp.raw.stream(CHUNK, decode_content=decode):
-        if not chunk:
-            continue
-        written += len(chunk)
-        if written > size:
-            raise CacheCorrupt("upstream sent more than the %d bytes announced" % size)
-        write_all(fd, chunk)
-        v.update(chunk)
-        fill.progress(written)
-        if on_bytes is not None:
-            on_bytes(len(chunk))
-    if written != size:
-        raise UpstreamError("upstream body ended after %d of %d bytes" % (written, size))
-    if not v.ok():
-        raise CacheCorrupt("content does not match %s" % blob_id)
-    return written
+class FillRun:
+    """The owner's side of one Fill. `up` is the Upstream service: request, counters,
+    store, index, inflight registry, pool spawn, retry settings."""
+
+    def __init__(self, up, fill, entry, url, resp=None, attempt=1, renew=None):
+        self.up, self.fill, self.entry = up, fill, entry
+        self.url = url            # where the body is: the CDN URL, or the URL that answered 200
+        self.renew = renew        # () -> a new signed body URL, or None when URLs do not expire
+        self.renew_lock = threading.Lock()
+        self.resp = resp          # that 200 answer, read by the first fetcher
+        self.attempt = attempt
+        self.fd = os.open(fill.part_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.hasher = Hasher(entry.blob_id, entry.size, self.fd)
+        self.lock = threading.Lock()
+        self.fetchers = 1         # the first one, run() on the creating thread
+        self.ended = False
+        # the first piece is claimed before any reader hears of the fill, so readers of
+        # its first bytes see them coming instead of asking for a fetcher of their own
+        self.first = None
+        if entry.size:
+            self.first = fill.claim(None, 0, entry.size if resp is not None else FIRST_PIECE,
+                                    FIRST_PIECE)
+        fill.on_demand = self._on_demand
+
+    # -- fetchers --------------------------------------------------------------------
+
+    def run(self):
+        """The first fetcher; returns when this thread has nothing left to fetch."""
+        resp, self.resp = self.resp, None
+        if self.first is None:             # an empty file: nothing to fetch
+            if resp is not None:
+                resp.close()
+            self._end_fetcher(self._commit_or_fail())
+            return
+        self._end_fetcher(self._fetch(0, self.first[1], resp, self.first))
+
+    def _on_demand(self, fill, offset):
+        """A reader waits at `offset` and nothing will reach it soon (any thread; never blocks)."""
+        up = self.up
+        with self.lock:
+            if self.ended or self.fetchers == 0 or self.fetchers >= PER_FILL:
+                return
+            if not up.budget.take():
+                return
+            self.fetchers += 1
+        try:
+            up.spawn(self._extra)
+        except RuntimeError:      # the pool is shutting down
+            up.budget.give()
+            self._end_fetcher(None)
+            return
+        up.c[M.FILL_FETCHERS] += 1
+
+    def _extra(self):
+        try:
+            outcome = self._fetch(None, FIRST_PIECE, None, None)
+        finally:
+            self.up.budget.give()
+        self._end_fetcher(outcome)
+
+    def _fetch(self, after, length, resp, nxt):
+        """Fetch `nxt` (a claimed piece, or None), then claim and fetch pieces until none is
+        left. -> the failure that ended the fill here (for a refetch decision), or None."""
+        fill, piece = self.fill, None
+        try:
+            while True:
+                if nxt is None:
+                    nxt = fill.claim(piece, after, length, FIRST_PIECE)
+                    piece = None
+                    if nxt is None:
+                        return None
+                if nxt[0] != after:
+                    length = FIRST_PIECE
+                piece = self._piece(nxt, resp)
+                resp = None
+                after, length, nxt = nxt[1], min(length * 2, MAX_PIECE), None
+                if piece is None:          # this fetcher wrote the file's last missing byte
+                    return self._commit_or_fail()
+        except _Stopped:
+            return None
+        except BaseException as e:
+            if self._fail(e):
+                return e
+            return None
+        finally:
+            if resp is not None:
+                resp.close()
+            if piece is not None:
+                fill.release(piece)
+
+    def _piece(self, piece, resp):
+        """Fetch bytes [start, end), resuming after breaks. -> None when a write completed
+        the file, else `end`: the busy piece to release (by the next claim)."""
+        start, end = piece
+        try:
+            complete = self._resume_until(start, end, resp)
+        except BaseException:
+            self.fill.release(end)
+            raise
+        return None if complete else end
+
+    def _resume_until(self, pos, end, resp):
+        up, fill, size = self.up, self.fill, self.entry.size
+        fails, renewals, complete = 0, 0, False
+        while pos < end:
+            began = pos
+            try:
+                if resp is None:
+                    url = self.url
+                    try:
+                        resp = open_range(up.ranged_request, up.host_allowed, url, pos, end, size)
+                    except Forbidden:
+                        if self.renew is None or renewals >= RENEWALS:
+                            raise
+                        renewals += 1
+                        self._renew(url)
+                        continue
+                decode = bool(resp.headers.get("Content-Encoding", "").strip())
+                for chunk in resp.raw.stream(CHUNK, decode_content=decode):
+                    if not chunk:
+                        continue
+                    if len(chunk) > end - pos:
+                        if resp.status_code == 206 or end == size:
+                            raise CacheCorrupt("upstream sent more than the %d bytes announced" % size)
+                        chunk = chunk[:end - pos]     # a 200 to a ranged request: keep our piece
+                    if fill.state != RUNNING:
+                        raise _Stopped()
+                    complete = self._write(pos, chunk, end) or complete
+                    pos += len(chunk)
+                    if pos >= end:
+                        break
+                if pos < end:
+                    raise Transient("upstream body ended at byte %d, piece ends at %d" % (pos, end))
+            except _NETWORK as e:
+                fails = 1 if pos - began >= RESET_AFTER else fails + 1
+                if fails > up.fill_retries:
+                    raise UpstreamError("upstream body failed at byte %d after %d retries: %s"
+                                        % (pos, up.fill_retries, _why(e))) from e
+                up.c[M.UPSTREAM_RETRIES] += 1
+                up.log.info("resuming fill", blob=self.entry.blob_id, at=pos, attempt=fails,
+                            error=_why(e))
+                if resp is not None:
+                    resp.close()
+                    resp = None
+                if fill.state != RUNNING:
+                    raise _Stopped() from e
+                time.sleep(min(BACKOFF_MAX, BACKOFF * 2 ** (fails - 1)))
+            finally:
+                if resp is not None:
+                    resp.close()
+                    resp = None
+        return complete
+
+    def _renew(self, expired):
+        """Replace the body URL that answered 403, once for all fetchers that saw it."""
+        with self.renew_lock:
+            if self.url == expired:
+                self.up.log.info("renewing the body URL", blob=self.entry.blob_id)
+                self.url = self.renew()
+
+    def _write(self, pos, chunk, end):
+        view, off = memoryview(chunk), pos
+        while view:
+            n = os.pwrite(self.fd, view, off)
+            view, off = view[n:], off + n
+        complete = self.fill.wrote(pos, len(chunk), end)
+        self.hasher.wrote(pos, chunk, self.fill)
+        self.up.c[M.UPSTREAM_BODY_BYTES] += len(chunk)
+        return complete
+
+    def _end_fetcher(self, failure):
+        with self.lock:
+            self.fetchers -= 1
+            last = self.fetchers == 0
+        if last:
+            os.close(self.fd)
+        if isinstance(failure, CacheCorrupt) and self.attempt == 1:
+            self.up.refetch(self.entry, self.url, self.renew)
+
+    # -- end -------------------------------------------------------------------------------
+
+    def _commit_or_fail(self):
+        try:
+            self._commit()
+            return None
+        except BaseException as e:
+            return e if self._fail(e) else None
+
+    def _commit(self):
+        up, fill, entry = self.up, self.fill, self.entry
+        if not self.hasher.matches(entry.size):
+            raise CacheCorrupt("content does not match %s" % entry.blob_id)
+        fill.final_path = up.store.blob_path(entry.blob_id)
+        path = up.store.commit_blob(fill.part_path, entry.blob_id)
+        done = up.store.attach_small_body(entry.with_blob(path))
+        up.publish(done)
+        with self.lock:
+            self.ended = True
+        fill.finish(done)
+        up.c[M.FILLS_COMPLETED] += 1
+        up.inflight.done(fill)
+
+    def _fail(self, error):
+        """End the fill as failed, once. -> True for the call that did it."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.ended = True
+        up, fill = self.up, self.fill
+        up.c[M.FILLS_FAILED] += 1
+        if isinstance(error, CacheCorrupt):
+            up.c[M.INTEGRITY_FAILURES] += 1
+        up.log.warning("fill failed", blob=self.entry.blob_id, attempt=self.attempt, error=_why(error))
+        fill.fail(error)
+        up.store.discard(fill.part_path)
+        up.inflight.done(fill)
+        if not isinstance(error, Exception):
+            raise error
+        return True
+
+
+def _why(e):
+    return str(e) or type(e).__name__

@@ -42,5 +42,15 @@ class FillPool:
             if not job.reply.done:
                 job.reply(internal_error_reply())
 
+    def run(self, fn):
+        """Run fn() on a pool thread (extra fill fetchers). Raises RuntimeError after shutdown."""
+        self.ex.submit(self._run_fn, fn)
+
+    def _run_fn(self, fn):
+        try:
+            fn()
+        except Exception:
+            self.log.exception("pool task failed")
+
     def shutdown(self):
         self.ex.shutdown(wait=False, cancel_futures=True)

@@ -10,16 +10,18 @@ rewritten when served. Symbolic revisions are fresh for --revision-ttl; when ups
 is unreachable, answers 5xx or 429, stale copies are served; --offline never asks.
 """
 
+import functools
 import hashlib
 import os
 import re
+import threading
 import time
 import urllib.parse
 
 import requests
 
 from pulsys import metrics as M
-from pulsys.errors import CacheCorrupt, UpstreamError
+from pulsys.errors import UpstreamError, UpstreamRefused
 from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
 from pulsys.model import target as T
@@ -27,7 +29,9 @@ from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.job import Reply
 from pulsys.model.key import cache_key, rev_key, target_key
 from pulsys.upstream import headers as UH
-from pulsys.upstream.fill import stream_into
+from pulsys.upstream.guard import host_allowed
+from pulsys.upstream.fill import Budget, FillRun
+from pulsys.upstream.flights import Flights
 
 MAX_API_BODY = 256 << 20
 MAX_ERROR_BODY = 64 << 10
@@ -36,10 +40,11 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9.\-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
 
 
-def _canned_error(status, message):
-    return Entry(CANNED, "", status=status, headers=(("Content-Type", "application/json"),
-                                                     ("X-Error-Message", message)),
-                 body=b'{"error": %s}' % _json_str(message))
+def _canned_error(status, message, code=None):
+    headers = (("Content-Type", "application/json"), ("X-Error-Message", message))
+    if code:
+        headers += (("X-Error-Code", code),)
+    return Entry(CANNED, "", status=status, headers=headers, body=b'{"error": %s}' % _json_str(message))
 
 
 def _json_str(s):
@@ -65,11 +70,16 @@ class Upstream:
         self.ttl = config.revision_ttl
         self.offline = config.offline
         self.timeout = (config.upstream_timeout, config.upstream_timeout)
+        self.fill_retries = config.fill_retries
+        self.budget = Budget(max(1, config.fill_threads // 2))   # extra fetchers, all fills
+        self.spawn = _spawn_thread       # app gives the fill pool's run(fn)
         self.public_base = config.public_base_url
         self.session = session
         self.index = index
         self.store = store
         self.inflight = inflight
+        self.flights = Flights()
+        self._leading = threading.local()   # the flight this pool thread leads, if any
         self.c = counters
         self.clock = clock
         self.wall = wall
@@ -78,14 +88,13 @@ class Upstream:
     # -- plumbing ---------------------------------------------------------------
 
     def _host_allowed(self, url):
-        u = urllib.parse.urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            return False
-        netloc = u.netloc.lower().rpartition("@")[2]
-        return netloc in self.allowed or u.hostname.lower() in self.allowed
+        if host_allowed(url, self.allowed):
+            return True
+        self.c[M.UPSTREAM_REFUSED] += 1
+        return False
 
-    def _request(self, method, url, data=None, content_type=None):
-        headers = {}
+    def _request(self, method, url, data=None, content_type=None, extra=None):
+        headers = dict(extra) if extra else {}
         if self.token and urllib.parse.urlsplit(url).netloc.lower() == self.netloc:
             headers["Authorization"] = "Bearer " + self.token
         if content_type:
@@ -94,15 +103,44 @@ class Upstream:
         return self.session.request(method, url, data=data, headers=headers, stream=True,
                                     allow_redirects=False, timeout=self.timeout)
 
+    def ranged_request(self, method, url, headers):
+        return self._request(method, url, extra=headers)
+
     def _expires(self, immutable):
         return 0.0 if immutable else self.clock() + self.ttl
 
     def _publish(self, entry):
-        self.index.publish(entry)
         try:
-            self.store.save_entry(entry, self.wall(), entry.expires == 0)
+            self._publish_entry(entry)
+        finally:
+            flight = getattr(self._leading, "flight", None)
+            if flight is not None:
+                flight.set()     # waiting duplicates can answer from the index now
+
+    def _publish_entry(self, entry):
+        space = self.space
+        pinned = entry.blob_path is not None and space is not None
+        if pinned and not space.pin(entry.blob_id):
+            entry, pinned = entry.with_blob(None), False   # evicted meanwhile: metadata only
+        try:
+            self.index.publish(entry)
+        finally:
+            if pinned:
+                space.unpin(entry.blob_id)   # the index has it now; eviction will find it there
+        wall, immutable = self.wall(), entry.expires == 0
+        try:
+            self.store.save_entry(entry, wall, immutable)
         except OSError as e:
             self.log.warning("metadata not persisted", key=entry.key, error=str(e))
+        if self.shared is not None:
+            self.shared.entry_saved(entry, wall, immutable)
+
+    space = None    # cache.space.Space (app sets it): quota, eviction, pins
+    shared = None   # upstream.shared_tier.SharedTier (app sets it with --shared-store)
+    guard = None    # upstream.guard.UpstreamGuard (app sets it): redirect targets are checked
+
+    publish = _publish
+    host_allowed = _host_allowed
 
     def _set_rev(self, rtype, repo, rev, commit):
         if not rev or T.is_commit(rev) or not T.is_commit(commit):
@@ -113,6 +151,8 @@ class Upstream:
             self.store.save_rev(rev_key(rtype, repo, rev), rtype, repo, rev, commit, now_wall)
         except OSError as e:
             self.log.warning("revision not persisted", repo=repo, rev=rev, error=str(e))
+        if self.shared is not None:
+            self.shared.rev_saved(rev_key(rtype, repo, rev), rtype, repo, rev, commit, now_wall)
 
     def _read_limited(self, resp, limit):
         data = resp.raw.read(limit + 1, decode_content=True)
@@ -141,22 +181,49 @@ class Upstream:
         kind = job.target.kind
         try:
             if kind == T.RESOLVE:
-                self._resolve(job)
+                self._resolve_once(job)
             elif kind in (T.API_INFO, T.API_TREE, T.API_PATHS_INFO):
                 self._api(job)
             else:
                 self._passthrough(job)
+        except UpstreamRefused as e:     # the SSRF guard said no (counted where it refused)
+            job.reply(Reply(_canned_error(502, str(e)), None, "error"))
         except (requests.RequestException, UpstreamError, OSError) as e:
             stale = self.index.lookup_stale(job.target) if kind == T.RESOLVE else None
             self._unavailable(job, stale, type(e).__name__)
 
     # -- /resolve -----------------------------------------------------------------
 
+    def _resolve_once(self, job):
+        """Concurrent misses of one target ask upstream once. The first asks; the others
+        wait until it has published what it learned (or gave up), then answer as a later
+        request would: a hit, or joining the fill it started. Without this, N clients
+        asking for a cold regular file at once each got its body from the Hub, which
+        sends it with the metadata."""
+        t = job.target
+        key = (t.upstream_path, t.query, job.method == "HEAD")
+        flight, leader = self.flights.join(key)
+        if not leader:
+            flight.wait(self.timeout[1])
+            return self._resolve(job)       # asks upstream itself if the leader failed
+        self._leading.flight = flight
+        try:
+            return self._resolve(job)
+        finally:
+            self._leading.flight = None
+            self.flights.end(key, flight)
+
     def _resolve(self, job):
         t = job.target
         e = self.index.lookup(t, self.clock())
         if e is not None and (job.method == "HEAD" or e.kind == CANNED or e.blob_path):
             return job.reply(Reply(e, None, "hit"))
+        if e is not None and e.blob_id:
+            fill = self.inflight.get(e.blob_id)
+            if fill is not None:   # fresh metadata and a running fill: no need to ask upstream
+                return job.reply(Reply(e, fill, "fill-join"))
+        if self.shared is not None and self.shared.answer(self, job, t, e):
+            return None      # the fleet's bucket had it: metadata, blob, or both
         if self.offline:
             return self._unavailable(job, self.index.lookup_stale(t), None)
         url = self.base + t.upstream_path
@@ -173,7 +240,7 @@ class Upstream:
         if 300 <= st < 400 and h.get("Location"):
             loc = h["Location"]
             resp.close()
-            if loc.startswith("/") or loc.startswith(self.base + "/"):
+            if loc.startswith("/") and loc[1:2] not in ("/", "\\") or loc.startswith(self.base + "/"):
                 entry = Entry(CANNED, target_key(t), status=st,
                               headers=UH.client_headers(h, self.base),
                               expires=self._expires(T.is_commit(t.rev)))
@@ -184,9 +251,11 @@ class Upstream:
                 return job.reply(Reply(_canned_error(
                     502, "upstream redirected to %s, which is not an allowed upstream host "
                     "(see --allow-upstream-host)" % urllib.parse.urlsplit(body_url).netloc), None, "error"))
-            return self._file(job, t, h, st, None, body_url)
+            if self.guard is not None:
+                self.guard.check_url(body_url)   # UpstreamRefused -> 502 in handle()
+            return self._file(job, t, h, st, None, body_url, url)
         if st == 200:
-            return self._file(job, t, h, st, resp, None)
+            return self._file(job, t, h, st, resp, url)
         body = self._read_limited(resp, MAX_ERROR_BODY) if job.method != "HEAD" else b""
         if st >= 500 or st == 429:
             stale = self.index.lookup_stale(t)
@@ -199,7 +268,7 @@ class Upstream:
             self._publish(entry)   # negative answers are cached like any other (TTL or commit)
         return job.reply(Reply(entry, None, "passthrough"))
 
-    def _file(self, job, t, h, st, resp, body_url):
+    def _file(self, job, t, h, st, resp, body_url, resolve_url=None):
         etag = UH.bare_etag(h.get("X-Linked-Etag") or h.get("ETag") or "")
         size_s = h.get("X-Linked-Size") or (
             h.get("Content-Length") if st == 200 and not h.get("Content-Encoding") else None)
@@ -230,75 +299,147 @@ class Upstream:
                 resp.close()
             self._publish(entry)
             return job.reply(Reply(entry, None, "miss"))
-        fill, created = self.inflight.join_or_create(blob_id, size, self.store.new_part_path)
-        if created and self.store.has_blob(blob_id):
-            # another fill committed this blob between our check and our creation
-            self.inflight.done(fill)
+        # asked before the fill is registered: between join_or_create and the first
+        # fetcher, every moment is one in which readers may join it
+        in_bucket = (self.shared is not None and self.inflight.get(blob_id) is None
+                     and self.shared.has_blob(blob_id, size))
+        try:
+            fill, created = self.inflight.join_or_create(
+                blob_id, size, functools.partial(self.new_part, blob_id, size))
+        except OSError as e:      # the part file cannot be created
+            if resp is not None:
+                resp.close()
+            return self._cannot_store(job, blob_id, e)
+        if created and self._is_blob(fill.part_path, blob_id):
+            # another fill committed this blob between our check and our creation: the
+            # part file is a link to it, so a request that joined meanwhile reads the blob
             if resp is not None:
                 resp.close()
             entry = self.store.attach_small_body(entry.with_blob(self.store.blob_path(blob_id)))
             self._publish(entry)
+            fill.finish(entry)
+            self.inflight.done(fill)
+            self.store.discard(fill.part_path)
             return job.reply(Reply(entry, None, "hit-blob"))
         if not created:
             if resp is not None:
                 resp.close()
             return job.reply(Reply(entry, fill, "fill-join"))
-        self._run_fill(job, entry, fill, resp, body_url)
+        if self.space is not None and not self.space.reserve(blob_id, size):
+            return self._no_room(job, entry, fill, resp)
+        if in_bucket:        # another node put this blob in the bucket: no Hub body
+            return self.shared.fill_from_bucket(self, job, entry, fill, resp)
+        renew = functools.partial(self.renew_body_url, resolve_url, entry) if resolve_url else None
+        self._run_fill(job, entry, fill, resp, body_url, renew)
 
-    def _run_fill(self, job, entry, fill, resp, body_url):
-        c = self.c
-        c[M.FILLS_STARTED] += 1
-        fd = os.open(fill.part_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        replied = False
+    def _cannot_store(self, job, blob_id, e):
+        self.log.warning("fill not started", blob=blob_id, error=str(e))
+        return job.reply(Reply(_canned_error(503, "cache cannot store %s: %s" % (
+            blob_id, e.strerror or e)), None, "error"))
+
+    def new_part(self, blob_id=None, size=None):
+        """A new part file for a Fill, created before the Fill is registered: a reader that
+        joins the fill at once finds the file and waits there for bytes (it used to find no
+        file and answer 503 when the first fetcher had not opened it yet). Empty; or, when
+        blob_id names a blob already in blobs/, a hard link to it, which the caller must
+        find with _is_blob and never hand to a FillRun (that truncates its part file)."""
+        path = self.store.new_part_path()
+        if blob_id is not None and self.store.has_blob(blob_id, size):
+            try:
+                os.link(self.store.blob_path(blob_id), path)
+                return path
+            except FileNotFoundError:
+                pass              # evicted this moment: an empty part file, a real fill
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+        return path
+
+    def _is_blob(self, part_path, blob_id):
         try:
-            self._publish(entry)   # metadata first: HEADs become warm at once
-            job.reply(Reply(entry, fill, "fill"))
-            replied = True
-            if resp is None:
-                resp = self._get_body(body_url)
-            stream_into(fill, fd, resp, entry.blob_id, entry.size, self._count_body)
-            os.close(fd)
-            fd = -1
-            fill.final_path = self.store.blob_path(entry.blob_id)
-            path = self.store.commit_blob(fill.part_path, entry.blob_id)
-            done = self.store.attach_small_body(entry.with_blob(path))
-            self._publish(done)
-            fill.finish(done)
-            c[M.FILLS_COMPLETED] += 1
-        except BaseException as e:
-            c[M.FILLS_FAILED] += 1
-            if isinstance(e, CacheCorrupt):
-                c[M.INTEGRITY_FAILURES] += 1
-            self.log.warning("fill failed", blob=entry.blob_id, error=str(e) or type(e).__name__)
+            return os.path.samefile(part_path, self.store.blob_path(blob_id))
+        except OSError:
+            return False
+
+    def _no_room(self, job, entry, fill, resp):
+        """--cache-max-bytes leaves no room for this blob: 507, nothing fetched. Metadata is
+        published (HEAD answers); a later GET asks again, when room may have been made."""
+        if resp is not None:
+            resp.close()
+        fill.fail(UpstreamError("no room in the cache"))
+        self.store.discard(fill.part_path)
+        self.inflight.done(fill)
+        self._publish(entry)
+        sp = self.space
+        return job.reply(Reply(_canned_error(
+            507, "pulsys cache is full: %s needs %d bytes; %d of --cache-max-bytes %d are in use "
+            "(--evict %s)" % (entry.blob_id, entry.size, sp.used + sp.reserved_total, sp.max_bytes,
+                              sp.policy), "CacheFull"), None, "error"))
+
+    def _run_fill(self, job, entry, fill, resp, url, renew, side=None):
+        """Answer the job from the new fill at once, then run its first fetcher here.
+        side: what the fill sees as its upstream, when not this service (shared_tier)."""
+        self.c[M.FILLS_STARTED] += 1
+        try:
+            run = FillRun(side or self, fill, entry, url, resp, renew=renew)
+        except OSError as e:      # the part file cannot be created
+            self.c[M.FILLS_FAILED] += 1
             fill.fail(e)
             self.store.discard(fill.part_path)
-            if not replied:
-                job.reply(Reply(_canned_error(502, "upstream body failed: %s" % type(e).__name__),
-                                None, "error"))
-            if not isinstance(e, Exception):
-                raise
-        finally:
-            if fd >= 0:
-                os.close(fd)
+            self.inflight.done(fill)
             if resp is not None:
                 resp.close()
+            return self._cannot_store(job, entry.blob_id, e)
+        self._publish(entry)   # metadata first: HEADs become warm at once
+        job.reply(Reply(entry, fill, "fill"))
+        run.run()
+
+    run_fill = _run_fill
+    no_room = _no_room
+    cannot_store = _cannot_store
+
+    def refetch(self, entry, url, renew):
+        """The blob failed verification: fetch it once more from scratch (FillRun calls this
+        on the thread that found the mismatch, after the failed fill was discarded)."""
+        try:
+            fill, created = self.inflight.join_or_create(entry.blob_id, entry.size, self.new_part)
+        except OSError as e:
+            self.log.warning("refetch not started", blob=entry.blob_id, error=str(e))
+            return
+        if not created:
+            return
+        if self.space is not None and not self.space.reserve(entry.blob_id, entry.size):
+            fill.fail(UpstreamError("no room in the cache"))
+            self.store.discard(fill.part_path)
             self.inflight.done(fill)
+            return
+        self.c[M.FILLS_STARTED] += 1
+        self.c[M.FILL_REFETCHES] += 1
+        self.log.warning("refetching after a digest mismatch", blob=entry.blob_id)
+        try:
+            run = FillRun(self, fill, entry, url, None, attempt=2, renew=renew)
+        except OSError as e:
+            self.c[M.FILLS_FAILED] += 1
+            fill.fail(e)
+            self.store.discard(fill.part_path)
+            self.inflight.done(fill)
+            return
+        run.run()
 
-    def _count_body(self, n):
-        self.c[M.UPSTREAM_BODY_BYTES] += n
-
-    def _get_body(self, url):
-        for _ in range(6):
-            resp = self._request("GET", url)
-            if 300 <= resp.status_code < 400 and resp.headers.get("Location"):
-                nxt = urllib.parse.urljoin(url, resp.headers["Location"])
-                resp.close()
-                if not self._host_allowed(nxt):
-                    raise UpstreamError("body redirected to a host that is not allowed")
-                url = nxt
-                continue
-            return resp
-        raise UpstreamError("too many redirects for a file body")
+    def renew_body_url(self, resolve_url, entry):
+        """A new signed CDN URL for `entry`'s blob, from the Hub's redirect (the old URL
+        expired). The redirect must still be for the same blob."""
+        resp = self._request("HEAD", resolve_url)
+        resp.close()
+        h = resp.headers
+        etag = UH.bare_etag(h.get("X-Linked-Etag") or h.get("ETag") or "")
+        if not (300 <= resp.status_code < 400 and h.get("Location")) or etag != entry.etag:
+            raise UpstreamError("cannot renew the body URL of %s: upstream answered %d for etag %r"
+                                % (entry.blob_id, resp.status_code, etag))
+        url = urllib.parse.urljoin(resolve_url, h["Location"])
+        if not self._host_allowed(url):
+            raise UpstreamError("body redirected to a host that is not allowed")
+        if self.guard is not None:
+            self.guard.check_url(url)
+        return url
 
     # -- /api ----------------------------------------------------------------------
 
@@ -330,6 +471,10 @@ class Upstream:
         now = self.clock()
         if cached is not None and (cached.expires == 0 or cached.expires > now):
             return self._serve_api(job, cached, "hit")
+        if self.shared is not None:
+            found = self.shared.lookup_key(self, key)
+            if found is not None:
+                return self._serve_api(job, found, "shared")
         if self.offline:
             if cached is not None:
                 return self._serve_api(job, cached, "stale")
@@ -382,6 +527,10 @@ class Upstream:
         headers = UH.client_headers(resp.headers, self.base, self._link_base(job))
         entry = Entry(CANNED, "", status=resp.status_code, headers=headers, body=body)
         return job.reply(Reply(entry, None, "passthrough"))
+
+
+def _spawn_thread(fn):
+    threading.Thread(target=fn, name="pulsys-fetcher", daemon=True).start()
 
 
 def internal_error_reply():

@@ -1,7 +1,8 @@
 """pulsys against the fake Hub over loopback, driven with `requests`: cold fill then
-warm, de-duplication, restart, freshness, offline, Xet stripping, errors, integrity.
-Each test runs with one listener (in-process) and two (worker processes), except those
-that reach into the in-process upstream service."""
+warm, de-duplication, restart, freshness, offline, Xet stripping, errors. Upstream body
+faults and integrity are in test_fill_faults.py, parallel pieces and fan-out in
+test_fill_pieces.py. Each test runs with one listener (in-process) and two (worker
+processes), except those that reach into the in-process upstream service."""
 
 import concurrent.futures
 import hashlib
@@ -210,29 +211,6 @@ def test_errors_pass_through_with_hf_error_codes(hub, repo, make_server):
     assert r.status_code in (401, 403) and r.headers["X-Error-Code"] == "GatedRepo"
     r = get(srv, "/api/models/org/nope")
     assert r.headers["X-Error-Code"] == "RepoNotFound"
-
-
-def test_corrupt_upstream_body_is_never_committed_nor_delivered_complete(hub, repo, make_server, tmp_path):
-    cache = tmp_path / "c"
-    srv = make_server(hub, cache_dir=str(cache))
-    hub.faults.corrupt(times=1)
-    with pytest.raises(requests.exceptions.ChunkedEncodingError):
-        r = requests.get(srv.url + "/org/m/resolve/main/model.safetensors", timeout=30, stream=True)
-        b"".join(r.iter_content(1 << 20))   # connection closed before Content-Length
-    assert srv.vars()["integrity_failures"] == 1
-    blobs = [f for _, _, fs in os.walk(cache / "v1" / "blobs") for f in fs]
-    assert sha256_hex(LFS_BODY) not in blobs
-    assert get(srv, "/org/m/resolve/main/model.safetensors").content == LFS_BODY   # refetched clean
-
-
-def test_upstream_drop_mid_body_is_not_served_as_complete(hub, repo, make_server, tmp_path):
-    srv = make_server(hub, cache_dir=str(tmp_path / "c"))
-    hub.faults.drop_after(1024 * 1024, times=1)
-    with pytest.raises(requests.exceptions.ChunkedEncodingError):
-        r = requests.get(srv.url + "/org/m/resolve/main/model.safetensors", timeout=30, stream=True)
-        b"".join(r.iter_content(1 << 20))
-    assert srv.vars()["fills_failed"] == 1
-    assert get(srv, "/org/m/resolve/main/model.safetensors").content == LFS_BODY
 
 
 def test_upstream_unreachable_gives_502_with_a_clear_message(hub, make_server):

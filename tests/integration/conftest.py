@@ -165,7 +165,7 @@ class PulsysServer:
                 "--upstream", self.upstream,
                 "--cache-dir", self.cache_dir,
                 "--admin-listen", "127.0.0.1:%d" % self.admin_port,
-                "--log-format", "json"]
+                "--log-format", "json", "--auth", "off"]   # extra_args may say --auth required
         for host in self.allow_hosts:
             argv += ["--allow-upstream-host", host]
         return argv + self.extra_args

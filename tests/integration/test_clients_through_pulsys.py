@@ -244,11 +244,14 @@ def test_legacy_hf_transfer_big_file(legacy_venv, proxy, hub, corpus, new_hf_hom
     assert out["size"] == BIG_SIZE
     assert out["realpath"].endswith("/blobs/" + sha)
     assert_no_xet(hub, proxy)
-    # hf_transfer sends an abandoned full GET, `bytes=0-0` and 7 parallel ranges: pulsys must not turn
-    # them into as many upstream downloads (hf-protocol.md §7.10): one fill, each byte once.
-    assert hub.body_fetches(sha) == 1 and hub.body_bytes(sha) == BIG_SIZE, (
+    # hf_transfer sends an abandoned full GET, `bytes=0-0` and 7 parallel ranges: pulsys fetches the
+    # file in ranged pieces where they are wanted (ADR 0007) and never a byte twice (hf-protocol.md
+    # §7.10): at most one upstream byte per cached byte, and all of them.
+    assert hub.body_bytes(sha) == BIG_SIZE, (
         "upstream sent %d bytes in %d responses for one %d-byte file%s" % (
             hub.body_bytes(sha), hub.body_fetches(sha), BIG_SIZE, _ctx(proxy)))
+    cdn_gets = [r for r in hub.requests if r.server == "cdn" and r.method == "GET" and sha in r.path]
+    assert len(cdn_gets) >= 2 and all(r.range for r in cdn_gets), cdn_gets
 
     hub.reset_counters()
     out = download(legacy_venv, proxy, new_hf_home(), BIG, BIG_FILE, "--require-hf-transfer", env_extra=env_extra)

@@ -57,11 +57,14 @@ def test_a_broken_link_refuses_sends():
 def test_fill_listeners_see_every_change_and_none_after_the_end():
     f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
     seen = []
-    assert f.add_listener(lambda fill: seen.append((fill.available, fill.state)))
-    f.progress(4)
-    f.progress(10)
+    assert f.add_listener(lambda fill: seen.append((fill.snapshot(), fill.readable(0), fill.state)))
+    f.claim(None, 0, 10, 10)
+    f.wrote(0, 4, 10)
+    f.wrote(4, 6, 10)
     f.finish(file_entry())
-    assert seen == [(4, RUNNING), (9, RUNNING), (10, DONE)]      # last byte held back until done
+    assert seen == [(((), ((0, 10),)), 0, RUNNING), ((((0, 4),), ((4, 10),)), 4, RUNNING),
+                    ((((0, 10),), ((10, 10),)), 9, RUNNING),     # last byte held back until done
+                    ((((0, 10),), ()), 10, DONE)]
     assert f.add_listener(lambda fill: None) is False
 
 
@@ -81,19 +84,38 @@ class FakeLink:
 def test_the_relay_sends_the_reply_snapshot_before_progress_and_stops_at_the_end():
     relays = ipc.FillRelays()
     f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
+    f.claim(None, 0, 10, 10)
     a, b = FakeLink(), FakeLink()
-    f.progress(3)
+    f.wrote(0, 3, 10)
     relays.reply(a, 1, Reply(file_entry(), f, "fill"))
-    f.progress(6)
+    f.wrote(3, 3, 10)
     relays.reply(b, 2, Reply(file_entry(), f, "fill-join"))
     assert relays.count() == 1
     f.fail(RuntimeError("bad hash"))
     relays.reply(a, 3, Reply(file_entry(), f, "fill-join"))
     ops = [(m[0], m[4][4] if m[0] == ipc.REPLY else m[2]) for m in a.frames]
-    assert ops == [(ipc.REPLY, 3), (ipc.PROGRESS, 6), (ipc.PROGRESS, 6), (ipc.REPLY, 6)]
-    assert a.frames[2][3] == FAILED and a.frames[2][5] == "bad hash" and a.frames[3][4][5] == FAILED
+    assert ops == [(ipc.REPLY, ((0, 3),)), (ipc.PROGRESS, ((0, 6),)), (ipc.PROGRESS, ((0, 6),)),
+                   (ipc.REPLY, ((0, 6),))]
+    assert a.frames[2][4] == FAILED and a.frames[2][6] == "bad hash" and a.frames[3][4][6] == FAILED
     assert [m[0] for m in b.frames] == [ipc.REPLY, ipc.PROGRESS]
     assert relays.count() == 0
+
+
+def test_a_demand_frame_reaches_the_fill_it_names_and_nothing_else():
+    relays = ipc.FillRelays()
+    f, _ = Inflight().join_or_create("b", 100, lambda: "/p")
+    asked = []
+    f.on_demand = lambda fill, off: asked.append(off)
+    f.claim(None, 0, 10, 10)
+    relays.reply(FakeLink(), 1, Reply(file_entry(), f, "fill"))
+    token = next(iter(relays._tokens))
+    relays.demand(token, 70)
+    relays.demand(token + 1, 80)         # unknown token: ignored
+    relays.demand(token, -1)             # nonsense offset: ignored
+    assert asked == [70]
+    f.fail(RuntimeError("x"))
+    relays.demand(token, 90)             # ended fills are forgotten
+    assert asked == [70] and relays.count() == 0
 
 
 def run_client(blob_dir):
@@ -123,21 +145,26 @@ def test_a_worker_streams_from_a_local_fill_fed_by_progress_frames(tmp_path):
     job = parent.recv()
     assert job[0] == ipc.JOB
     part = str(tmp_path / "x.part")
-    parent.send((ipc.REPLY, job[1], file_entry(), "fill", (7, "b", 10, part, 4, RUNNING, None, None)))
+    parent.send((ipc.REPLY, job[1], file_entry(), "fill",
+                 (7, "b", 10, part, ((0, 4),), ((4, 6),), RUNNING, None, None)))
     assert got.wait(5)
     f = replies[0].fill
-    assert (f.part_path, f.available, f.state) == (part, 4, RUNNING)
+    assert (f.part_path, f.readable(0), f.state) == (part, 4, RUNNING)
     # the parent renames the verified part file to the blob before DONE can arrive
     assert f.final_path == str(tmp_path / "b")
     woke = threading.Event()
     assert f.wait(4, lambda fn, arg: fn(arg), lambda _: woke.set(), None)
-    parent.send((ipc.PROGRESS, 7, 9, RUNNING, None, None))
-    assert woke.wait(5) and f.available == 9
+    parent.send((ipc.PROGRESS, 7, ((0, 10),), ((10, 10),), RUNNING, None, None))
+    assert woke.wait(5) and f.readable(4) == 5
+    # a reader that waits where no fetcher is headed asks the parent for one
+    f.apply(((0, 4),), ((4, 6),))
+    assert f.wait(8, lambda fn, arg: fn(arg), lambda _: None, None)
+    assert parent.recv() == (ipc.DEMAND, 7, 8)
     done = file_entry(blob_path=str(tmp_path / "b"))
     woke.clear()
     assert f.wait(9, lambda fn, arg: fn(arg), lambda _: woke.set(), None)
-    parent.send((ipc.PROGRESS, 7, 10, DONE, done, None))
-    assert woke.wait(5) and f.state == DONE and f.available == 10
+    parent.send((ipc.PROGRESS, 7, ((0, 10),), (), DONE, done, None))
+    assert woke.wait(5) and f.state == DONE and f.readable(0) == 10
     assert f.entry.blob_path == done.blob_path and client.proxies == {}
     parent.close()
     assert eof.wait(5)
@@ -149,9 +176,9 @@ def test_a_reply_for_a_fill_that_already_ended_carries_its_final_state(tmp_path)
     got = submit(client, replies)
     job = parent.recv()
     parent.send((ipc.REPLY, job[1], file_entry(), "fill-join",
-                 (9, "b", 10, str(tmp_path / "gone.part"), 9, FAILED, None, "bad hash")))
+                 (9, "b", 10, str(tmp_path / "gone.part"), ((0, 9),), (), FAILED, None, "bad hash")))
     assert got.wait(5) and replies[0].fill.state == FAILED and replies[0].fill.error == "bad hash"
-    assert client.proxies == {}
+    assert replies[0].fill.readable(0) == 0 and client.proxies == {}
     parent.close()
 
 

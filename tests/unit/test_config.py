@@ -12,7 +12,8 @@ def test_defaults():
     assert c.listen == ("127.0.0.1", 8080)
     assert c.upstream == "https://huggingface.co"
     assert c.cache_dir == "/home/u/.cache/pulsys"
-    assert c.auth == "off" and c.revision_ttl == 60.0 and not c.offline
+    assert c.auth == "required" and c.revision_ttl == 60.0 and not c.offline
+    assert c.db == "sqlite:///home/u/.cache/pulsys/pulsys.sqlite3"
 
 
 def test_every_flag_has_an_env_var():
@@ -37,7 +38,8 @@ def test_flags_override_env():
 @pytest.mark.parametrize("values", [
     {"listen": "nohostport"}, {"listen": "127.0.0.1:99999"}, {"upstream": "ftp://x"},
     {"upstream": "notaurl"}, {"revision_ttl": "-1"}, {"revision_ttl": "soon"},
-    {"log_format": "xml"}, {"auth": "maybe"}, {"auth": "required"}, {"listeners": "0"},
+    {"log_format": "xml"}, {"auth": "maybe"}, {"listeners": "0"}, {"db": "mysql://u@h/x"},
+    {"db": "postgres:nohost"}, {"db": "sqlite:"},
     {"allow_upstream_host": ["http://x/y"]}, {"offline": "perhaps"},
 ])
 def test_bad_values_raise_config_error(values):
@@ -45,7 +47,8 @@ def test_bad_values_raise_config_error(values):
         build_config(values, {})
 
 
-@pytest.mark.parametrize("args", [["--listen", "x"], ["--bogus"], ["--auth", "required"],
+@pytest.mark.parametrize("args", [["--listen", "x"], ["--bogus"], ["--auth", "sometimes"],
+                                  ["--db", "mysql://u:secret@h/x"],
                                   ["--revision-ttl", "abc"]])
 def test_cli_bad_input_is_one_line_and_exit_2(args):
     p = subprocess.run([sys.executable, "-m", "pulsys"] + args, capture_output=True, text=True, timeout=30)
@@ -65,3 +68,23 @@ def test_cli_bad_env_is_one_line_and_exit_2():
 def test_cli_help_lists_env_vars():
     p = subprocess.run([sys.executable, "-m", "pulsys", "--help"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "PULSYS_CACHE_DIR" in p.stdout and "--allow-upstream-host" in p.stdout
+
+
+def test_connection_limits_and_timeouts_are_settings_with_env_vars():
+    c = build_config({}, {})
+    assert (c.max_connections, c.max_connections_per_ip) == (10000, 1000)
+    assert (c.header_timeout, c.idle_timeout, c.send_timeout) == (30.0, 75.0, 60.0)
+    env = {"PULSYS_MAX_CONNECTIONS_PER_IP": "0", "PULSYS_HEADER_TIMEOUT": "5",
+           "PULSYS_IDLE_TIMEOUT": "2.5", "PULSYS_SEND_TIMEOUT": "9"}
+    c = build_config({"max_connections": "50"}, env)
+    assert c.reactor_limits() == {"max_connections": 50, "max_per_ip": 0, "header_timeout": 5.0,
+                                  "idle_timeout": 2.5, "send_timeout": 9.0}
+
+
+@pytest.mark.parametrize("values", [
+    {"header_timeout": "0"}, {"idle_timeout": "-1"}, {"send_timeout": "soon"},
+    {"max_connections_per_ip": "-1"}, {"max_connections_per_ip": "many"}, {"max_connections": "0"},
+])
+def test_bad_limits_raise_config_error(values):
+    with pytest.raises(ConfigError):
+        build_config(values, {})

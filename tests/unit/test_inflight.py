@@ -1,6 +1,18 @@
+import random
 import threading
 
-from pulsys.cache.inflight import DONE, FAILED, Inflight
+from pulsys.cache import spans as S
+from pulsys.cache.inflight import DONE, FAILED, RUNNING, Fill, Inflight
+
+
+def now(fn, arg):
+    fn(arg)
+
+
+def fetch(f, piece):
+    """Write a whole claimed piece in one go; -> wrote()'s result."""
+    start, end = piece
+    return f.wrote(start, end - start, end)
 
 
 def test_join_or_create_shares_one_fill():
@@ -13,51 +25,153 @@ def test_join_or_create_shares_one_fill():
     assert created_c and c is not a
 
 
+def test_spans_merge_and_answer_queries():
+    s = S.add(S.add(S.add((), 10, 20), 30, 40), 20, 30)
+    assert s == ((10, 40),)
+    s = S.add(s, 0, 5)
+    assert s == ((0, 5), (10, 40))
+    assert S.end_at(s, 3) == 5 and S.end_at(s, 5) == 5 and S.end_at(s, 12) == 40
+    assert S.first_gap(s, 0, 50) == 5 and S.first_gap(s, 10, 50) == 40
+    assert S.first_gap(((0, 50),), 0, 50) is None
+    assert S.next_start(s, 5, 50) == 10 and S.next_start(s, 10, 50) == 50
+
+
 def test_last_byte_is_held_back_until_finish():
-    f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
-    f.progress(10)
-    assert f.available == 9
+    f = Fill("b", 10, "/p")
+    assert fetch(f, f.claim(None, 0, 100, 100)) is True
+    assert f.readable(0) == 9 and f.readable(4) == 5 and f.readable(9) <= 0
     f.finish(object())
-    assert f.available == 10 and f.state == DONE
+    assert f.readable(0) == 10 and f.readable(9) == 1 and f.state == DONE
 
 
-def test_waiters_are_woken_once_on_progress_and_not_lost():
-    f, _ = Inflight().join_or_create("b", 100, lambda: "/p")
+def test_a_reader_gets_only_bytes_contiguous_from_its_offset():
+    f = Fill("b", 100, "/p")
+    a = f.claim(None, 0, 20, 20)
+    b = f.claim(None, 50, 20, 20)
+    assert (a, b) == ((0, 20), (50, 70))
+    f.wrote(50, 10, 70)
+    assert f.readable(0) <= 0 and f.readable(50) == 10 and f.readable(55) == 5 and f.readable(60) <= 0
+    f.wrote(0, 20, 20)
+    assert f.readable(0) == 20 and f.readable(20) <= 0
+
+
+def test_waiters_wake_when_their_offset_becomes_readable_and_never_twice():
+    f = Fill("b", 100, "/p")
+    f.claim(None, 0, 40, 40)
+    f.claim(None, 60, 40, 40)
     got = []
-
-    def post(fn, arg):
-        fn(arg)
-    assert f.wait(0, post, got.append, "w1") is True
-    f.progress(5)
-    assert got == ["w1"]
-    assert f.wait(0, post, got.append, "w2") is False    # bytes are there: send now
-    assert f.wait(5, post, got.append, "w3") is True
+    assert f.wait(0, now, got.append, "at0") is True
+    assert f.wait(60, now, got.append, "at60") is True
+    f.wrote(60, 5, 100)
+    assert got == ["at60"]                       # the reader at 0 has nothing yet
+    assert f.wait(60, now, got.append, "again") is False    # bytes are there: send now
+    f.wrote(0, 1, 40)
+    assert got == ["at60", "at0"]
+    assert f.wait(65, now, got.append, "at65") is True
     f.fail(RuntimeError("x"))
-    assert got == ["w1", "w3"] and f.state == FAILED
-    assert f.wait(5, post, got.append, "w4") is False
+    assert got == ["at60", "at0", "at65"] and f.state == FAILED
+    assert f.readable(0) == 0 and f.wait(65, now, got.append, "late") is False
 
 
-def test_concurrent_progress_and_waits_lose_no_wakeup():
-    f, _ = Inflight().join_or_create("b", 10001, lambda: "/p")
+def test_a_wait_where_nobody_fetches_is_a_demand_once():
+    f = Fill("b", 1000, "/p")
+    asked = []
+    f.on_demand = lambda fill, off: asked.append(off)
+    f.claim(None, 0, 100, 100)
+    assert f.wait(50, now, lambda _: None, None)           # inside a busy piece
+    assert f.wait(100, now, lambda _: None, None)          # where that fetcher goes on
+    assert asked == []
+    assert f.wait(500, now, lambda _: None, None) and f.wait(500, now, lambda _: None, None)
+    f.demand(500)
+    assert asked == [500]                                  # one demand per offset
+    assert f.claim(None, None, 100, 100) == (500, 600)     # a new fetcher takes the wanted offset
+    f.demand(550)
+    assert asked == [500] and f.wanted == ()
+
+
+def test_claims_prefer_going_on_then_wanted_then_the_first_gap_and_never_overlap():
+    f = Fill("b", 1000, "/p")
+    f.on_demand = lambda fill, off: None
+    a = f.claim(None, 0, 100, 100)
+    b = f.claim(None, 150, 100, 100)
+    assert (a, b) == ((0, 100), (150, 250))
+    f.demand(700)
+    fetch(f, a)
+    assert f.claim(a[1], a[1], 200, 100) == (100, 150)      # goes on, stops at the claimed piece
+    fetch(f, (100, 150))
+    assert f.claim(150, 150, 200, 100) == (700, 800)        # 150 is busy: the wanted offset
+    fetch(f, (700, 800))
+    assert f.claim(800, 800, 400, 100) == (800, 1000)       # goes on, to the end of the file
+    fetch(f, (800, 1000))
+    assert f.claim(1000, 1000, 400, 100) == (250, 350)      # then the first gap from 0
+    assert f.busy == ((150, 250), (250, 350))
+
+
+def test_random_fetchers_cover_the_file_exactly_once_and_one_write_completes_it():
+    rng = random.Random(7)
+    size = 10_000
+    f = Fill("b", size, "/p")
+    f.on_demand = lambda fill, off: None
+    on_disk = bytearray(size)
+    fetchers = [[None, rng.randrange(size)] for _ in range(5)]    # [busy end, next start]
+    completions = 0
+    while fetchers:
+        fe = rng.choice(fetchers)
+        if rng.random() < 0.2:
+            f.demand(rng.randrange(size))
+        piece = f.claim(fe[0], fe[1], rng.randrange(1, 900), rng.randrange(1, 300))
+        if piece is None:
+            fetchers.remove(fe)
+            continue
+        start, end = piece
+        for pos in range(start, end, 97):
+            n = min(97, end - pos)
+            for i in range(pos, pos + n):
+                on_disk[i] += 1
+            completions += f.wrote(pos, n, end)
+        fe[0], fe[1] = end, end
+    assert set(on_disk) == {1}              # every byte written, none twice
+    assert completions == 1 and f.spans == ((0, size),) and f.state == RUNNING
+
+
+def test_a_worker_copy_takes_snapshots_wakes_readers_and_forgets_covered_demands():
+    owner = Fill("b", 100, "/p")
+    copy = Fill("b", 100, "/p")
+    asked, got = [], []
+    copy.on_demand = lambda fill, off: asked.append(off)
+    owner.claim(None, 0, 30, 30)
+    copy.apply(*owner.snapshot())
+    assert copy.wait(10, now, got.append, "r10") and asked == []        # busy at the owner
+    assert copy.wait(80, now, got.append, "r80") and asked == [80]
+    owner.wrote(0, 20, 30)
+    copy.apply(*owner.snapshot())
+    assert got == ["r10"] and copy.readable(10) == 10
+    owner.claim(None, 80, 20, 20)
+    copy.apply(*owner.snapshot())
+    assert copy.wanted == ()
+
+
+def test_concurrent_writes_and_waits_lose_no_wakeup():
+    size = 10001
+    f = Fill("b", size, "/p")
     woke = threading.Semaphore(0)
-
-    def post(fn, arg):
-        fn(arg)
+    piece = f.claim(None, 0, size, size)
 
     def writer():
-        for i in range(1, 10001):
-            f.progress(i)
+        for i in range(size):
+            f.wrote(i, 1, piece[1])
         f.finish(object())
     t = threading.Thread(target=writer)
     t.start()
     off = 0
-    while off < 10001:
-        if f.available > off:
-            off = f.available
+    while off < size:
+        n = f.readable(off)
+        if n > 0:
+            off += n
             continue
-        if f.state != 0:
+        if f.state != RUNNING:
             break
-        if f.wait(off, post, lambda _: woke.release(), None):
+        if f.wait(off, now, lambda _: woke.release(), None):
             assert woke.acquire(timeout=5), "lost wake-up"
     t.join()
-    assert f.available == 10001
+    assert off == size and f.state == DONE

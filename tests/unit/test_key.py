@@ -39,3 +39,19 @@ def test_key_never_contains_credentials():
 
 def test_rev_keys_and_cache_keys_do_not_collide():
     assert rev_key("model", "o/n", "main") != cache_key(T.RESOLVE, "model", "o/n", "main")
+
+
+def test_fields_containing_the_separator_never_share_a_key():
+    # git ref names and file names may both contain "|" and "%"
+    a = target_key(t("/org/n/resolve/a%7Cb/c"))       # revision "a|b", file "c"
+    b = target_key(t("/org/n/resolve/a/b%7Cc"))       # revision "a", file "b|c"
+    c = target_key(t("/org/n/resolve/a%257Cb/c"))     # revision "a%7Cb", file "c"
+    assert (t("/org/n/resolve/a%7Cb/c").rev, t("/org/n/resolve/a/b%7Cc").path) == ("a|b", "b|c")
+    assert len({a, b, c}) == 3
+    # joined unescaped, both would read "3|model|o/n|main|||x"
+    assert cache_key(T.API_TREE, "model", "o/n", "main", "", "|x") != \
+        cache_key(T.API_TREE, "model", "o/n", "main", "|", "x")
+
+
+def test_plain_keys_keep_their_spelling():
+    assert target_key(t("/org/n/resolve/main/dir/f.json")) == "1|model|org/n|main|dir/f.json|"

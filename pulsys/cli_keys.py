@@ -1,0 +1,194 @@
+"""`pulsys keys create|list|revoke`: manage API keys.
+
+Two ways to reach the keys, chosen by --server:
+
+* without --server (default): directly in the store, the one the server uses with the
+  same --cache-dir / --db (and PULSYS_CACHE_DIR / PULSYS_DB). Works whether or not a
+  server is running: a running pulsys applies the change within a second (it polls the
+  store, docs/decisions/0009). Needs access to the store's file or database, so it is
+  also the way back in when every admin key is lost. Audited as cli:<user>.
+* --server URL --token KEY: through a running pulsys's admin listener (docs/admin.md),
+  with an admin key. Audited as key:<id>.
+
+`create` prints the new key alone on stdout (KEY=$(pulsys keys create)); everything
+else goes to stderr. Exit codes: 0 done, 2 bad input or refused (one line, no
+traceback), 1 the store or server could not be reached.
+"""
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from pulsys.auth.keys import SCOPES
+from pulsys.config import db_url, default_cache_dir
+from pulsys.errors import ConfigError
+
+PROG = "pulsys keys"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write("%s: error: %s (see %s --help)\n" % (PROG, message, PROG))
+        raise SystemExit(2)
+
+
+class Failed(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def make_parser():
+    p = _Parser(prog=PROG, description="Create, list and revoke pulsys API keys, directly in the "
+                "store (default) or through a running server's admin listener (--server).")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", metavar="URL", help="admin listener of a running pulsys, e.g. "
+                        "http://127.0.0.1:8081 [env PULSYS_ADMIN_URL]")
+    common.add_argument("--token", metavar="KEY", help="an admin key for --server [env PULSYS_ADMIN_TOKEN]")
+    common.add_argument("--cache-dir", metavar="DIR", help="the server's cache dir, where the default "
+                        "SQLite store is [env PULSYS_CACHE_DIR]")
+    common.add_argument("--db", metavar="URL", help="the server's --db [env PULSYS_DB]")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    sub = p.add_subparsers(dest="command", metavar="{create,list,revoke}")
+    sub.required = True
+    c = sub.add_parser("create", parents=[common], help="create a key; prints it once")
+    c.add_argument("--scope", choices=SCOPES, default="read",
+                   help="read: downloads only (default); admin: also the admin API")
+    c.add_argument("--name", default="", help="what the key is for, e.g. ci or team-a")
+    ls = sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
+    ls.add_argument("--active", action="store_true", help="only keys not revoked")
+    r = sub.add_parser("revoke", parents=[common], help="revoke a key by id")
+    r.add_argument("id", help="the key's id (the hex part after pulsys_)")
+    return p
+
+
+# -- the two back ends --------------------------------------------------------------------
+
+
+class _Direct:
+    def __init__(self, args, environ):
+        from pulsys.admin.keys import KeyService
+        from pulsys.db.database import Database
+        from pulsys.db.migrate import migrate
+        raw = args.cache_dir or environ.get("PULSYS_CACHE_DIR")
+        cache_dir = os.path.abspath(os.path.expanduser(raw)) if raw else default_cache_dir(environ)
+        try:
+            url = db_url(args.db or environ.get("PULSYS_DB") or "", cache_dir)
+        except ConfigError as e:
+            raise Failed(2, str(e)) from None
+        self.db = Database.open(url)
+        migrate(self.db)
+        self.service = KeyService(self.db)
+        try:
+            self.actor = "cli:%s" % getpass.getuser()
+        except (KeyError, OSError):
+            self.actor = "cli"
+
+    def create(self, scope, name):
+        key, row = self.service.create(scope, name, self.actor)
+        return dict(row, key=key)
+
+    def listing(self, active):
+        return self.service.listing(include_revoked=not active)
+
+    def revoke(self, key_id):
+        return self.service.revoke(key_id, self.actor)
+
+
+class _Remote:
+    def __init__(self, args, environ):
+        self.base = (args.server or environ.get("PULSYS_ADMIN_URL", "")).rstrip("/")
+        self.token = args.token or environ.get("PULSYS_ADMIN_TOKEN")
+        if not self.base.startswith(("http://", "https://")):
+            raise Failed(2, "--server %r: expected http://HOST:PORT of the admin listener" % self.base)
+        if not self.token:
+            raise Failed(2, "--server needs an admin key: --token KEY or PULSYS_ADMIN_TOKEN")
+
+    def _call(self, method, path, doc=None):
+        data = json.dumps(doc).encode() if doc is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + self.token,
+                                              "Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=30) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            try:
+                msg = json.loads(e.read())["error"]
+            except (ValueError, KeyError, TypeError):
+                msg = "HTTP %d" % e.code
+            raise Failed(2 if e.code < 500 else 1, "%s (HTTP %d)" % (msg, e.code)) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise Failed(1, "cannot reach %s: %s" % (self.base, getattr(e, "reason", e))) from None
+        except ValueError:
+            raise Failed(1, "%s did not answer JSON; is it a pulsys admin listener?" % self.base) from None
+
+    def create(self, scope, name):
+        return self._call("POST", "/api/v1/keys", {"scope": scope, "name": name})
+
+    def listing(self, active):
+        return self._call("GET", "/api/v1/keys?revoked=%d" % (0 if active else 1))["keys"]
+
+    def revoke(self, key_id):
+        return self._call("DELETE", "/api/v1/keys/" + urllib.request.quote(key_id, safe=""))
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _when(t):
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) if t else "-"
+
+
+def _table(rows):
+    out = ["%-12s  %-5s  %-7s  %-16s  %-16s  %s" % ("ID", "SCOPE", "STATE", "CREATED (UTC)",
+                                                    "CREATED BY", "NAME")]
+    for r in rows:
+        out.append("%-12s  %-5s  %-7s  %-16s  %-16s  %s" % (
+            r["id"], r["scope"], "active" if r["revoked_at"] is None else "revoked",
+            _when(r["created_at"]), r["created_by"], r["name"]))
+    return "\n".join(out) + "\n"
+
+
+def _run(args, environ):
+    backend = (_Remote if args.server or environ.get("PULSYS_ADMIN_URL") else _Direct)(args, environ)
+    if args.command == "create":
+        row = backend.create(args.scope, args.name)
+        if args.json:
+            sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
+        else:
+            sys.stderr.write("%s: created key %s (scope %s%s); this is the only time it is shown:\n"
+                             % (PROG, row["id"], row["scope"], ", name %s" % row["name"] if row["name"] else ""))
+            sys.stdout.write(row["key"] + "\n")
+    elif args.command == "list":
+        rows = backend.listing(args.active)
+        sys.stdout.write(json.dumps(rows, sort_keys=True) + "\n" if args.json else _table(rows))
+    else:
+        row = backend.revoke(args.id)
+        if args.json:
+            sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write("revoked key %s (scope %s)\n" % (row["id"], row["scope"]))
+    return 0
+
+
+def main(argv, environ):
+    args = make_parser().parse_args(argv)
+    from pulsys.admin.errors import AdminError
+    from pulsys.db.database import DatabaseError
+    try:
+        return _run(args, environ)
+    except Failed as e:
+        code, msg = e.code, str(e)
+    except AdminError as e:
+        code, msg = 2, e.message
+    except DatabaseError as e:
+        code, msg = 1, str(e)
+    sys.stderr.write("%s: error: %s\n" % (PROG, msg))
+    return code

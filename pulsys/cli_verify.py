@@ -1,0 +1,55 @@
+"""`pulsys verify [--cache-dir DIR] [--json]`: re-hash every blob of a cache directory,
+quarantine what is bad (pulsys.cache.verify), print a summary.
+
+Exit codes: 0 nothing bad, 1 something was quarantined, 2 the check could not run
+(bad arguments, no cache there, a server is using it). Errors are one line, no traceback.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from pulsys.cache.store import Store
+from pulsys.cache.verify import render, verify
+from pulsys.config import default_cache_dir
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write("pulsys verify: error: %s (see pulsys verify --help)\n" % message)
+        raise SystemExit(2)
+
+
+def _fail(msg):
+    sys.stderr.write("pulsys verify: error: %s\n" % msg)
+    return 2
+
+
+def main(argv, environ):
+    p = _Parser(prog="pulsys verify", description="Re-hash every cached blob (sha256, or git blob "
+                "sha1), move bad blobs and metadata files to v1/quarantine/ so they are refetched, "
+                "print a summary. Run it while no pulsys server uses the cache directory. Exit "
+                "code 1 when anything was bad.")
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="the cache directory [env PULSYS_CACHE_DIR, default $XDG_CACHE_HOME/pulsys "
+                   "or ~/.cache/pulsys]")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = p.parse_args(argv)
+    raw = args.cache_dir or environ.get("PULSYS_CACHE_DIR")
+    cache_dir = os.path.abspath(os.path.expanduser(raw)) if raw else default_cache_dir(environ)
+    if not os.path.isdir(os.path.join(cache_dir, "v1", "blobs")):
+        return _fail("no pulsys cache in %s (expected %s)" % (cache_dir, os.path.join(cache_dir, "v1", "blobs")))
+    try:
+        store = Store(cache_dir)
+        store.lock(exclusive=True)
+    except BlockingIOError:
+        return _fail("a pulsys server is using %s; stop it first" % cache_dir)
+    except OSError as e:
+        return _fail("cannot open %s: %s" % (cache_dir, e.strerror or e))
+    try:
+        rep = verify(store)
+    except OSError as e:
+        return _fail("verify stopped: %s: %s" % (e.filename or cache_dir, e.strerror or e))
+    sys.stdout.write((json.dumps(rep, indent=1, sort_keys=True) if args.json else render(rep)) + "\n")
+    return 1 if rep["problems"] else 0

@@ -1,0 +1,53 @@
+"""api_keys: rows for keys (digests only) and the `keys` generation counter.
+
+Every function takes a Tx. Each change bumps the counter in the same transaction, so a
+process that sees a new generation reads a table that includes the change.
+"""
+
+COLUMNS = "id, scope, name, created_at, created_by, revoked_at, revoked_by"
+
+
+def _bump(tx):
+    tx.execute("UPDATE counters SET value = value + 1 WHERE name = 'keys'")
+
+
+def insert(tx, key_id, digest, scope, name, actor, now):
+    tx.execute("INSERT INTO api_keys (id, digest, scope, name, created_at, created_by) "
+               "VALUES (?, ?, ?, ?, ?, ?)", (key_id, digest, scope, name, now, actor))
+    _bump(tx)
+
+
+def get(tx, key_id):
+    """The key's row without its digest, or None."""
+    return tx.one("SELECT %s FROM api_keys WHERE id = ?" % COLUMNS, (key_id,))
+
+
+def revoke(tx, key_id, actor, now):
+    """True when an active key was revoked now; False when unknown or already revoked."""
+    cur = tx.execute("UPDATE api_keys SET revoked_at = ?, revoked_by = ? "
+                     "WHERE id = ? AND revoked_at IS NULL", (now, actor, key_id))
+    if cur.rowcount != 1:
+        return False
+    _bump(tx)
+    return True
+
+
+def listing(tx, include_revoked=True):
+    """Every key (no digests), oldest first."""
+    where = "" if include_revoked else " WHERE revoked_at IS NULL"
+    return tx.all("SELECT %s FROM api_keys%s ORDER BY created_at, id" % (COLUMNS, where))
+
+
+def active_table(tx):
+    """{key id: (digest, scope)} of the keys not revoked: what the data plane checks."""
+    rows = tx.all("SELECT id, digest, scope FROM api_keys WHERE revoked_at IS NULL")
+    return {r["id"]: (r["digest"], r["scope"]) for r in rows}
+
+
+def count(tx):
+    """Keys ever created, revoked ones included."""
+    return tx.one("SELECT COUNT(*) AS n FROM api_keys")["n"]
+
+
+def generation(tx):
+    return tx.one("SELECT value FROM counters WHERE name = 'keys'")["value"]

@@ -1,0 +1,52 @@
+"""A headless Chromium for console tests: Debian's `chromium` and `chromium-driver`,
+installed with apt-get when missing and the tests run as root (as CI does); driven by
+Selenium. A machine that cannot have them fails the test: the console's end-to-end test
+is not optional."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1280,900")
+
+
+def _paths():
+    return shutil.which("chromium"), shutil.which("chromedriver")
+
+
+def ensure_chromium():
+    """(chromium, chromedriver) paths; apt-get installs them when missing and possible."""
+    if all(_paths()):
+        return _paths()
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        try:
+            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
+            subprocess.run(["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"], env=env,
+                           capture_output=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if not all(_paths()):
+        pytest.fail("the console's end-to-end test needs Debian's chromium and chromium-driver: "
+                    "apt-get install chromium chromium-driver (as root)")
+    return _paths()
+
+
+def start_browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    chromium, driver = ensure_chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for f in CHROMIUM_FLAGS:
+        opts.add_argument(f)
+    opts.add_argument("--user-data-dir=" + tempfile.mkdtemp(prefix="chromium-", dir=str(tmp_path)))
+    b = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+    b.set_page_load_timeout(20)
+    b.set_script_timeout(10)
+    return b

@@ -1,0 +1,69 @@
+"""The console end to end in a real headless Chromium: log in with an admin key, start
+a pre-warm of a fake-Hub repo from the page, watch the page's progress reach 100 %,
+then check the files are warm (the Hub sees no request for them through the data
+plane); create a key from the keys page, use it, revoke it from the page."""
+
+import pytest
+import requests
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.admin.browser import start_browser
+from tests.auth.conftest import admin_url, call
+
+FILES = {"weights.safetensors": bytes(range(256)) * 4096, "config.json": b'{"model_type": "demo"}\n',
+         "tokenizer.json": b'{"version": "1.0"}\n'}
+WAIT = 30          # seconds any one step in the browser may take
+
+
+@pytest.fixture
+def browser(tmp_path):
+    b = start_browser(tmp_path)
+    yield b
+    b.quit()
+
+
+def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
+    hub.add_repo("org/warm", files=FILES)
+    server, admin, read = auth_server()
+    base = admin_url(server)
+    b, wait = browser, WebDriverWait(browser, WAIT, poll_frequency=0.1)
+
+    b.get(base + "/console/login")
+    b.find_element(By.ID, "key").send_keys(admin)
+    b.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.current_url.endswith("/console/"))
+    assert b.find_element(By.TAG_NAME, "h1").text == "Dashboard"
+
+    # pre-warm from the form; the page polls the JSON API and shows the progress
+    b.get(base + "/console/jobs")
+    b.find_element(By.ID, "repo").send_keys("org/warm")
+    b.find_element(By.ID, "start").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]"))
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#jobs tr[data-job] .pct").text.strip() == "100%")
+    row = b.find_element(By.CSS_SELECTOR, "#jobs tr[data-job]")
+    assert row.find_element(By.CSS_SELECTOR, ".phase").text == "done"
+    assert row.find_element(By.CSS_SELECTOR, ".files").text == "%d / %d" % (len(FILES), len(FILES))
+    assert int(row.find_element(By.TAG_NAME, "progress").get_attribute("value")) == 100
+
+    hub.reset_counters()
+    for name, body in FILES.items():
+        r = requests.get(server.url + "/org/warm/resolve/main/" + name,
+                         headers={"Authorization": "Bearer " + read}, timeout=10)
+        assert r.status_code == 200 and r.content == body
+    assert hub.total_body_bytes() == 0 and hub.count(path_contains="/resolve/") == 0
+
+    # keys: create (the secret is shown once), use, revoke from the page
+    b.get(base + "/console/keys")
+    b.find_element(By.ID, "key-name").send_keys("from-the-browser")
+    b.find_element(By.ID, "create").click()
+    secret = wait.until(lambda d: d.find_element(By.ID, "secret")).text.strip()
+    assert secret.startswith("pulsys_")
+    st, _, me = call(base + "/api/v1/whoami", key=secret)
+    assert st == 200 and me["scope"] == "read"
+    b.get(base + "/console/keys")
+    b.find_element(By.CSS_SELECTOR, 'tr[data-key="%s"] button' % me["id"]).click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, 'tr[data-key="%s"] .state' % me["id"]).text == "revoked")
+    assert call(base + "/api/v1/whoami", key=secret)[0] == 401
+    assert "secret" not in [e.get_attribute("id") for e in b.find_elements(By.ID, "secret")]   # shown once only
