@@ -78,6 +78,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 BENCH_HOME = os.path.expanduser(os.environ.get("PULSYS_BENCH_HOME", "~/.cache/pulsys-bench"))
 
 
+def portable_path(ctx, text):
+    """A command-line word or config with this machine's paths replaced by placeholders:
+    results are committed, and paths of the machine that ran them must not be."""
+    for path, mark in ((ctx.workdir, "<workdir>"), (ROOT, "<repo>"), (sys.prefix, "<python-prefix>"),
+                       (os.path.expanduser("~"), "~")):
+        text = text.replace(path, mark)
+    return text
+
+
 def log(msg):
     print("bench_compare: " + msg, flush=True)
 
@@ -885,7 +894,8 @@ def main(argv=None):
         "generator_check": gen_report, "loadgen_cc": cc_version,
         "wrk_version": version_of(["wrk", "-v"]) if shutil.which("wrk") else None,
         "columns": COLUMNS,
-        "peers": {p.key: {"version": p.version, "command": p.command, "config": p.config, "port": p.port}
+        "peers": {p.key: {"version": p.version, "command": [portable_path(ctx, c) for c in p.command],
+                          "config": portable_path(ctx, p.config) if p.config else p.config, "port": p.port}
                   for p in peers},
         "unavailable": unavailable,
         "rows": rows, "medians": meds,

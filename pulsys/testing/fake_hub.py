@@ -4,7 +4,7 @@ The Hub origin (`url`) answers `/resolve` (307 to `/api/resolve-cache` for
 regular files, 302 to a signed CDN URL for LFS files), the metadata API and the
 Hub's error headers; the CDN origin (`cdn_url`, a different origin on purpose,
 hf-protocol.md §3) serves LFS bytes behind expiring signatures. Everything
-follows /work/shared/docs/hf-protocol.md, so real huggingface_hub clients
+follows the team's protocol notes (shared/docs/hf-protocol.md), so real huggingface_hub clients
 (2.4.0, 0.36.2 + hf_transfer) run against it, directly or through pulsys.
 
     hub = FakeHub().start()

@@ -78,7 +78,9 @@ def test_tiny_compare_run_writes_documented_csv_and_json(tmp_path):
     (csv_path,) = out.glob("compare_*.csv")
     assert json_path.stem == csv_path.stem
 
-    doc = json.loads(json_path.read_text())
+    text = json_path.read_text()
+    assert ROOT not in text and str(tmp_path) not in text   # no path of this machine in results
+    doc = json.loads(text)
     for key in PROVENANCE:
         assert key in doc, key
     assert len(doc["commit"]) == 40 and isinstance(doc["dirty"], bool)
