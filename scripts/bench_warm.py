@@ -94,13 +94,14 @@ def wrk(url, connections, duration, headers=()):
 
 
 def cpu_seconds(pid):
-    """User + system CPU seconds of a process and its reaped children (/proc/PID/stat)."""
+    """User + system CPU seconds of a process tree: pulsys and, with --listeners N > 1, its
+    worker processes (bench_compare.tree_cpu_ticks: /proc/PID/stat of each, plus reaped
+    children)."""
+    import bench_compare
     try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        return bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return None
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
