@@ -342,9 +342,23 @@ def newest_run(machine_dir):
                 d = json.load(f)
         except (OSError, ValueError):
             continue
-        if d.get("benchmark") == "compare" and not d.get("quick"):
+        if full_run(d):
             runs.append((d.get("started_at") or d.get("date") or "", path))
     return max(runs)[1] if runs else None
+
+
+HEADLINE_SIZES = {4096, 262144, 16 << 20}
+HEADLINE_SERVERS = {"pulsys-iouring", "pulsys-portable", "nginx-static", "olah"}
+
+
+def full_run(doc):
+    """Only a run that measured every cell and peer of the headline may replace it (and
+    the tables in docs/benchmarks.md): not --quick, every headline size at 16
+    connections, pulsys, nginx static and olah."""
+    st = doc.get("settings") or {}
+    return (doc.get("benchmark") == "compare" and not doc.get("quick")
+            and HEADLINE_SIZES <= set(st.get("sizes") or ()) and 16 in (st.get("concurrency") or ())
+            and HEADLINE_SERVERS <= set(st.get("servers") or ()))
 
 
 def rel(path):
@@ -388,8 +402,8 @@ def main(argv=None):
             return 1
     if a.no_headline:
         pass
-    elif doc.get("quick"):
-        print("render_bench: %s is a --quick run: results/headline.json left as it was" % source)
+    elif not full_run(doc):
+        print("render_bench: %s is a --quick or partial run: results/headline.json left as it was" % source)
     elif not headline["comparisons"]:
         print("render_bench: no pulsys backend measured: results/headline.json left as it was")
     else:

@@ -337,3 +337,13 @@ def test_profile_groups_shared_objects():
     assert profile_warm.dso_group("libc.so.6") == "libc"
     assert profile_warm.dso_group("nginx") == "nginx"
     assert profile_warm.dso_group("_socket.cpython-311-x86_64-linux-gnu.so") == "other"
+
+
+def test_only_a_full_run_may_replace_the_headline():
+    full = {"benchmark": "compare", "quick": False,
+            "settings": {"sizes": bench_compare.DEFAULT_SIZES, "concurrency": [1, 16, 64],
+                         "servers": list(bench_compare.SERVERS)}}
+    assert render_bench.full_run(full)
+    assert not render_bench.full_run(dict(full, quick=True))
+    for key, value in (("sizes", [4096]), ("concurrency", [1, 64]), ("servers", ["pulsys-iouring", "nginx-static"])):
+        assert not render_bench.full_run(dict(full, settings=dict(full["settings"], **{key: value}))), key
