@@ -21,10 +21,9 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from pulsys.auth.keys import SCOPES
+from pulsys.cli_remote import AdminClient, Failed, quote
 from pulsys.config import db_url, default_cache_dir
 from pulsys.errors import ConfigError
 
@@ -35,12 +34,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         sys.stderr.write("%s: error: %s (see %s --help)\n" % (PROG, message, PROG))
         raise SystemExit(2)
-
-
-class Failed(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
 
 
 def make_parser():
@@ -100,43 +93,18 @@ class _Direct:
         return self.service.revoke(key_id, self.actor)
 
 
-class _Remote:
-    def __init__(self, args, environ):
-        self.base = (args.server or environ.get("PULSYS_ADMIN_URL", "")).rstrip("/")
-        self.token = args.token or environ.get("PULSYS_ADMIN_TOKEN")
-        if not self.base.startswith(("http://", "https://")):
-            raise Failed(2, "--server %r: expected http://HOST:PORT of the admin listener" % self.base)
-        if not self.token:
-            raise Failed(2, "--server needs an admin key: --token KEY or PULSYS_ADMIN_TOKEN")
+class _Remote(AdminClient):
+    """The same calls through a running server's admin listener (pulsys.cli_remote)."""
 
-    def _call(self, method, path, doc=None):
-        data = json.dumps(doc).encode() if doc is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(req, timeout=30) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            try:
-                msg = json.loads(e.read())["error"]
-            except (ValueError, KeyError, TypeError):
-                msg = "HTTP %d" % e.code
-            raise Failed(2 if e.code < 500 else 1, "%s (HTTP %d)" % (msg, e.code)) from None
-        except (urllib.error.URLError, OSError) as e:
-            raise Failed(1, "cannot reach %s: %s" % (self.base, getattr(e, "reason", e))) from None
-        except ValueError:
-            raise Failed(1, "%s did not answer JSON; is it a pulsys admin listener?" % self.base) from None
 
     def create(self, scope, name):
-        return self._call("POST", "/api/v1/keys", {"scope": scope, "name": name})
+        return self.call("POST", "/api/v1/keys", {"scope": scope, "name": name})
 
     def listing(self, active):
-        return self._call("GET", "/api/v1/keys?revoked=%d" % (0 if active else 1))["keys"]
+        return self.call("GET", "/api/v1/keys?revoked=%d" % (0 if active else 1))["keys"]
 
     def revoke(self, key_id):
-        return self._call("DELETE", "/api/v1/keys/" + urllib.request.quote(key_id, safe=""))
+        return self.call("DELETE", "/api/v1/keys/" + quote(key_id))
 
 
 # -- output ---------------------------------------------------------------------------------

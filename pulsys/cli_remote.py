@@ -32,7 +32,7 @@ class AdminClient:
         if not self.base.startswith(("http://", "https://")):
             raise Failed(2, "--server %r: expected http://HOST:PORT of the admin listener" % self.base)
         if not self.token:
-            raise Failed(2, "an admin key is needed: --token KEY or PULSYS_ADMIN_TOKEN")
+            raise Failed(2, "--server needs an admin key: --token KEY or PULSYS_ADMIN_TOKEN")
 
     def call(self, method, path, doc=None):
         data = json.dumps(doc).encode() if doc is not None else None
