@@ -15,15 +15,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START = "<!-- bench:headline:start -->"
 END = "<!-- bench:headline:end -->"
-KIB, MIB = 1024, 1024 * 1024
-
-
-def human_size(n):
-    if n >= MIB and n % MIB == 0:
-        return "%d MiB" % (n // MIB)
-    if n >= KIB and n % KIB == 0:
-        return "%d KiB" % (n // KIB)
-    return "%d B" % n
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from render_bench import human_size  # noqa: E402  (the tables and the headline name sizes alike)
 
 
 def _num(x, metric):

@@ -134,68 +134,21 @@ def test_render_partial(benchmark):
     assert b'X-Linked-Etag: "%s"\r\n' % SHA256.encode() in out
 
 
-class _RecordingRing:
-    """Stands in for the ring so only the reactor's Python runs: it records the SQEs the
-    reactor prepares (the kernel side is measured by scripts/bench_compare.sh)."""
-    enters = 0
-
-    def __init__(self):
-        self.sent = []
-
-    def prep_send(self, fd, data, tag, flags=0, sqe_flags=0):
-        self.sent.append(data)
-
-    def prep_recv(self, fd, buf, tag):
-        pass
-
-    def prep_poll_out(self, fd, tag):
-        raise AssertionError("a warm in-memory hit never waits for POLLOUT")
-
-
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="io_uring reactor: Linux")
 def test_uring_warm_hit_python_cost(benchmark, tmp_path):
     """One warm 4 KiB hit through the io_uring reactor's completion handler: the head is
     already remembered, the body is in memory, so this is the fused path end to end."""
-    import os
-    import socket
-    import time
+    from pulsys import metrics as M
+    from tests.uring_stub import FusedHitRig
 
-    from pulsys.platform import PlatformFacts, load_sender
-    from pulsys.reactor.conn import Conn
-    from pulsys.reactor.fdcache import FdCache
-    from pulsys.reactor.mailbox import Mailbox
-    from pulsys.reactor.uring import OP_RECV, UringReactor
-
-    body = os.urandom(4096)
-    blob = tmp_path / "blob"
-    blob.write_bytes(body)
-    ix = Index()
-    t = route(parse_request_head(HF_HUB_GET, 0, len(HF_HUB_GET)))
-    e = Entry(FILE, target_key(t, COMMIT), len(body), SHA256, COMMIT, True, "sha256/" + SHA256, str(blob))
-    e.body_mem = body
-    ix.publish(e)
-    ix.set_rev("model", "openai-community/gpt2", "main", COMMIT, expires=1e18, fetched_at=0)
-    lst = socket.socket()
-    a, b = socket.socketpair()
-    r = UringReactor(lst, ix, None, Mailbox(), load_sender(PlatformFacts.probe(), None)[1], FdCache())
-    r.ring = ring = _RecordingRing()
-    conn = Conn(a, time.monotonic())
-    r.conns[conn.fd] = conn
-    tag, n, req = (conn.fd << 3) | OP_RECV, len(HF_HUB_GET), HF_HUB_GET.replace(b"Range: bytes=0-\r\n", b"")
-    n = len(req)
-
-    def hit():
-        conn.rbuf[0:n] = req
-        conn.inflight += 1
-        r._dispatch(tag, n, 0)
+    rig = FusedHitRig(tmp_path, HF_HUB_GET.replace(b"Range: bytes=0-\r\n", b""), COMMIT, SHA256)
     try:
-        benchmark(hit)
-        rounds = len(ring.sent)
-        assert rounds >= 20 and all(s is ring.sent[0] for s in ring.sent)
-        assert ring.sent[0].endswith(b"\r\n\r\n" + body) and ring.sent[0].startswith(b"HTTP/1.1 200 OK\r\n")
-        from pulsys import metrics as M
+        benchmark(rig.deliver)
+        sent, r = rig.ring.sent, rig.reactor
+        rounds = len(sent)
+        assert rounds >= (1 if benchmark.disabled else 20) and all(s is sent[0] for s in sent)
+        assert sent[0].endswith(b"\r\n\r\n" + rig.body) and sent[0].startswith(b"HTTP/1.1 200 OK\r\n")
         assert r.counters[M.CACHE_HITS] == rounds == r.counters[M.FUSED_HEAD_BODY]
         assert len(r.heads) == 1          # parsed once, remembered after
     finally:
-        for s in (lst, a, b):
-            s.close()
+        rig.close()

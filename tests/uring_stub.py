@@ -1,0 +1,69 @@
+"""An io_uring reactor that runs its own Python against a ring that only records what it
+is asked to do, with one warm 4 KiB file (body in memory) in its index: for checking and
+timing the fused warm hit (UringReactor._hit) without the kernel."""
+
+import os
+import socket
+import time
+
+from pulsys.cache.index import Index
+from pulsys.http1.parse import parse_request_head
+from pulsys.model.entry import FILE, Entry
+from pulsys.model.key import target_key
+from pulsys.route import route
+
+
+class RecordingRing:
+    """Records the data of each send the reactor prepares instead of submitting it."""
+    enters = 0
+
+    def __init__(self):
+        self.sent = []
+
+    def prep_send(self, fd, data, tag, flags=0, sqe_flags=0):
+        self.sent.append(data)
+
+    def prep_recv(self, fd, buf, tag):
+        pass
+
+    def prep_poll_out(self, fd, tag):
+        raise AssertionError("an in-memory answer never waits for POLLOUT")
+
+
+class FusedHitRig:
+    """`req` is the request head; `commit` the commit `main` of its repo maps to and `sha`
+    the file's sha256. `deliver()` hands the reactor one recv completion carrying `req`."""
+
+    def __init__(self, tmp_path, req, commit, sha, gate=None):
+        from pulsys.platform import PlatformFacts, load_sender
+        from pulsys.reactor.conn import Conn
+        from pulsys.reactor.fdcache import FdCache
+        from pulsys.reactor.mailbox import Mailbox
+        from pulsys.reactor.uring import OP_RECV, UringReactor
+
+        self.req, self.body = req, os.urandom(4096)
+        blob = tmp_path / "blob"
+        blob.write_bytes(self.body)
+        ix = Index()
+        t = route(parse_request_head(req, 0, len(req)))
+        e = Entry(FILE, target_key(t, commit), len(self.body), sha, commit, True, "sha256/" + sha, str(blob))
+        e.body_mem = self.body
+        ix.publish(e)
+        ix.set_rev(t.rtype, t.repo, t.rev, commit, expires=1e18, fetched_at=0)
+        self.sockets = [socket.socket()] + list(socket.socketpair())
+        sender = load_sender(PlatformFacts.probe(), None)[1]
+        self.reactor = r = UringReactor(self.sockets[0], ix, None, Mailbox(), sender, FdCache(), gate=gate)
+        r.ring = self.ring = RecordingRing()
+        self.conn = Conn(self.sockets[1], time.monotonic())
+        r.conns[self.conn.fd] = self.conn
+        self.tag = (self.conn.fd << 3) | OP_RECV
+
+    def deliver(self):
+        n = len(self.req)
+        self.conn.rbuf[0:n] = self.req
+        self.conn.inflight += 1
+        self.reactor._dispatch(self.tag, n, 0)
+
+    def close(self):
+        for s in self.sockets:
+            s.close()
