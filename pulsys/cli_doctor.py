@@ -8,15 +8,13 @@ Errors a person can cause are one line on stderr and exit code 2.
 
 import argparse
 import json
-import re
 import sys
 
-from pulsys import doctor
+from pulsys import config, doctor
 from pulsys.config import default_cache_dir
+from pulsys.errors import ConfigError
 from pulsys.platform import PlatformFacts, load_sender
 
-_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
-          "T": 10**12, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 _LABELS = [("write_MBps", "disk write (fdatasync'd)"), ("read_cold_MBps", "disk read, cold"),
            ("read_warm_MBps", "disk read, warm"), ("serve_MBps", "serve (sendfile, loopback)"),
            ("upstream_MBps", "upstream"), ("network_MBps", "network link")]
@@ -31,11 +29,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_size(text):
-    """'140GB', '10GiB', '512M', '1000' -> bytes (decimal units for GB/MB, binary for GiB)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).upper() not in _UNITS:
-        raise argparse.ArgumentTypeError("not a size: %r (examples: 140GB, 10GiB, 512M)" % text)
-    n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    """'140GB', '10GiB', '512M', '1000' -> bytes, as --cache-max-bytes reads them."""
+    try:
+        n = config.parse_size(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError("not a size: %r (examples: 140GB, 10GiB, 512M)" % text) from None
     if n <= 0:
         raise argparse.ArgumentTypeError("size must be > 0: %r" % text)
     return n

@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
+import bench_compare  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
@@ -97,7 +98,6 @@ def cpu_seconds(pid):
     """User + system CPU seconds of a process tree: pulsys and, with --listeners N > 1, its
     worker processes (bench_compare.tree_cpu_ticks: /proc/PID/stat of each, plus reaped
     children)."""
-    import bench_compare
     try:
         return bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
     except OSError:

@@ -137,6 +137,7 @@ class ReactorBase:
         if head is None:
             return self._recv(conn)
         total = head.head_len + head.content_length
+        body = b""
         if head.content_length:
             if head.content_length > MAX_BODY:
                 self._respond(conn, head, 413, error_response(413, "request body too large"), True)
@@ -146,15 +147,12 @@ class ReactorBase:
                     self._grow(conn, total)
                 return self._recv(conn)
             body = bytes(conn.rbuf[rs + head.head_len:rs + total])
-            t = route(head)
-        else:
-            body = b""
-            t = route(head)
-            if end >= 0 and (head.method == "GET" or head.method == "HEAD") and head.head_len <= HEAD_MEMO_MAX \
-                    and rs + head.head_len == end + 4:
-                if len(self.heads) >= HEAD_MEMO:
-                    self.heads.clear()
-                self.heads[key] = (head, t)
+        t = route(head)
+        if not head.content_length and end >= 0 and (head.method == "GET" or head.method == "HEAD") \
+                and head.head_len <= HEAD_MEMO_MAX and rs + head.head_len == end + 4:
+            if len(self.heads) >= HEAD_MEMO:
+                self.heads.clear()
+            self.heads[key] = (head, t)
         conn.rstart = rs + total
         self.on_request(conn, head, body, t)
         return True
