@@ -4,19 +4,17 @@ The only module that reads sys.argv and os.environ. Every error a person can cau
 one line on stderr and exit code 2; no traceback.
 """
 
-import argparse
 import os
 import sys
 
 from pulsys import __version__
+from pulsys.cli_parser import OneLineParser
 from pulsys.config import SETTINGS, build_config
 from pulsys.errors import ConfigError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("pulsys: error: %s (see pulsys --help)\n" % message)
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = "pulsys"
 
 
 def make_parser():

@@ -11,6 +11,7 @@ import json
 import sys
 
 from pulsys import config, doctor
+from pulsys.cli_parser import OneLineParser
 from pulsys.config import default_cache_dir
 from pulsys.errors import ConfigError
 from pulsys.platform import PlatformFacts, load_sender
@@ -22,10 +23,8 @@ _BINDING = {"disk_write": "disk write", "disk_read": "cold disk read", "serve": 
             "upstream": "the upstream"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("pulsys doctor: error: %s (see pulsys doctor --help)\n" % message)
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = "pulsys doctor"
 
 
 def parse_size(text):

@@ -23,6 +23,7 @@ import sys
 import time
 
 from pulsys.auth.keys import SCOPES
+from pulsys.cli_parser import OneLineParser
 from pulsys.cli_remote import AdminClient, Failed, quote
 from pulsys.config import db_url, default_cache_dir
 from pulsys.errors import ConfigError
@@ -30,10 +31,8 @@ from pulsys.errors import ConfigError
 PROG = "pulsys keys"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see %s --help)\n" % (PROG, message, PROG))
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = PROG     # subcommands (create, list, revoke) report as `pulsys keys`
 
 
 def make_parser():

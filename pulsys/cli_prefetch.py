@@ -8,20 +8,18 @@ cancelled, or the server cannot be reached; 2 bad input or a refusal. Ctrl-C sto
 following; the job goes on on the server.
 """
 
-import argparse
 import sys
 import time
 
+from pulsys.cli_parser import OneLineParser
 from pulsys.cli_remote import AdminClient, Failed, add_arguments, fail
 
 PROG = "pulsys prefetch"
 POLL = 0.5
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see %s --help)\n" % (PROG, message, PROG))
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = PROG
 
 
 def make_parser():

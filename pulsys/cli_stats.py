@@ -2,19 +2,17 @@
 person or, with --json, for a script. --server/--token as `pulsys keys`. Exit codes as
 `pulsys keys`: 2 bad input or refused, 1 the server cannot be reached."""
 
-import argparse
 import json
 import sys
 
+from pulsys.cli_parser import OneLineParser
 from pulsys.cli_remote import AdminClient, Failed, add_arguments, fail, human_bytes
 
 PROG = "pulsys stats"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see %s --help)\n" % (PROG, message, PROG))
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = PROG
 
 
 def make_parser():

@@ -5,20 +5,18 @@ Exit codes: 0 nothing bad, 1 something was quarantined, 2 the check could not ru
 (bad arguments, no cache there, a server is using it). Errors are one line, no traceback.
 """
 
-import argparse
 import json
 import os
 import sys
 
 from pulsys.cache.store import Store
 from pulsys.cache.verify import render, verify
+from pulsys.cli_parser import OneLineParser
 from pulsys.config import default_cache_dir
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("pulsys verify: error: %s (see pulsys verify --help)\n" % message)
-        raise SystemExit(2)
+class _Parser(OneLineParser):
+    label = "pulsys verify"
 
 
 def _fail(msg):
