@@ -35,6 +35,7 @@ _PER_KIND = len(LATENCY_BOUNDS) + 2
 HIST = len(NAMES)                       # where the histograms start in a counter list
 H_WARM, H_COLD, H_API = (HIST + i * _PER_KIND for i in range(len(ROUTE_KINDS)))
 WIDTH = HIST + len(ROUTE_KINDS) * _PER_KIND     # length of a counter list
+H_WARM_SUM = H_WARM + _PER_KIND - 1     # warm hits' summed microseconds (the fused hit's own observe)
 
 
 def observe(c, base, seconds, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):

@@ -6,7 +6,7 @@ span to send. Backends execute plans; they never decide. No I/O, no clock.
 
 from pulsys.http1 import heads as H
 from pulsys.http1.ranges import UNSATISFIABLE, etag_matches, parse_range
-from pulsys.model.entry import CANNED
+from pulsys.model.entry import CANNED, FILE
 
 
 class WarmPlan:
@@ -60,3 +60,32 @@ def plan_warm(head, entry, plan):
         else:
             plan.count = last - first + 1
     return plan.count == 0 or entry.blob_path is not None
+
+
+class Answer:
+    """A whole keep-alive answer remembered for one exact request head (io_uring fused
+    hit): valid while the index generation is `gen` and the clock is before `until`."""
+    __slots__ = ("out", "gen", "until", "auth", "blob", "dkey", "dcount", "fused", "log")
+
+    def __init__(self, gen, until):
+        self.gen = gen
+        self.until = until
+        self.out = None       # bytes to send, or None: this head takes the general step
+
+
+def remember_answer(head, entry, gen, until, plan):
+    """An Answer for `head` on `entry` (planned into the scratch `plan`). Its `out` is
+    None unless the whole answer (head and any body) is in memory."""
+    a = Answer(gen, until)
+    if not head.keep_alive or not plan_warm(head, entry, plan) or plan.count:
+        return a
+    a.out = out = plan.head + plan.body if plan.body else plan.head
+    n = len(out)
+    a.auth = head.authorization
+    a.blob = entry.blob_id
+    a.fused = plan.status == 200 or plan.status == 206
+    # per-repo download stats count GETs of files (cache/downloads.py)
+    a.dkey = entry.key if entry.kind == FILE and head.method == "GET" else None
+    a.dcount = n            # bytes of one answer
+    a.log = (head.method, head.target, plan.status, n, "hit")
+    return a

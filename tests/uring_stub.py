@@ -41,22 +41,30 @@ class FusedHitRig:
         from pulsys.reactor.mailbox import Mailbox
         from pulsys.reactor.uring import OP_RECV, UringReactor
 
-        self.req, self.body = req, os.urandom(4096)
-        blob = tmp_path / "blob"
-        blob.write_bytes(self.body)
-        ix = Index()
-        t = route(parse_request_head(req, 0, len(req)))
-        e = Entry(FILE, target_key(t, commit), len(self.body), sha, commit, True, "sha256/" + sha, str(blob))
-        e.body_mem = self.body
-        ix.publish(e)
+        self.req, self.tmp_path, self.sha, self.commit = req, tmp_path, sha, commit
+        self.index = ix = Index()
+        self.target = t = route(parse_request_head(req, 0, len(req)))
+        self.key = target_key(t, commit)
+        self.publish(os.urandom(4096))
         ix.set_rev(t.rtype, t.repo, t.rev, commit, expires=1e18, fetched_at=0)
         self.sockets = [socket.socket()] + list(socket.socketpair())
         sender = load_sender(PlatformFacts.probe(), None)[1]
-        self.reactor = r = UringReactor(self.sockets[0], ix, None, Mailbox(), sender, FdCache(), gate=gate)
+        self.jobs = []        # misses the reactor hands to the fill pool
+        self.reactor = r = UringReactor(self.sockets[0], ix, self.jobs.append, Mailbox(), sender, FdCache(),
+                                        gate=gate)
         r.ring = self.ring = RecordingRing()
         self.conn = Conn(self.sockets[1], time.monotonic())
         r.conns[self.conn.fd] = self.conn
         self.tag = (self.conn.fd << 3) | OP_RECV
+
+    def publish(self, body):
+        """Put a new Entry with this body (in memory and on disk) under the file's key."""
+        self.body = body
+        blob = self.tmp_path / ("blob%d" % len(os.listdir(self.tmp_path)))
+        blob.write_bytes(body)
+        e = Entry(FILE, self.key, len(body), self.sha, self.commit, True, "sha256/" + self.sha, str(blob))
+        e.body_mem = body
+        self.index.publish(e)
 
     def deliver(self):
         n = len(self.req)

@@ -83,7 +83,7 @@ class CacheView:
                 self.store.remove_meta(k)
             for k in revs:
                 # workers keep the mapping until they restart; it leads to no entry now
-                self.index.revs.pop(k, None)
+                self.index.drop_rev(k)
                 self.store.remove_meta(k)
             still = {e.blob_id for e in list(entries.values()) if e.kind == FILE and e.blob_id in blobs}
             freed, paths = 0, []

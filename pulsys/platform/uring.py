@@ -48,39 +48,40 @@ class Ring:
             L.io_uring_queue_init(entries, self._ring, 0)
         self._cqe = L.Cqe()
         self.fd = self._ring.ring_fd
-        self.pending = 0            # SQEs prepared but not yet submitted
         self.enters = 0             # io_uring_enter calls made by submit()
         r = self._ring
         get_sqe, set_data = L.io_uring_get_sqe, L.io_uring_sqe_set_data64
         prep_recv, prep_send = L.io_uring_prep_recv, L.io_uring_prep_send
         submit = L.io_uring_submit
 
+        # One SQE costs three binding calls (~0.3 us); these closures add nothing else
+        # per SQE. io_uring_submit enters the kernel only when SQEs are waiting (liburing
+        # __io_uring_submit: sq_ring_needs_enter is false for 0 submitted, without SQPOLL),
+        # so submit() counts an enter exactly when it submitted something.
         def sqe():
             s = get_sqe(r)
             if s is None:              # submission queue full: flush it and retry
                 self.submit()
                 s = get_sqe(r)
-            self.pending += 1
             return s
 
         def recv(fd, buf, tag):
-            s = sqe()
+            s = get_sqe(r) or sqe()
             prep_recv(s, fd, buf, 0)
             set_data(s, tag)
 
         def send(fd, data, tag, flags=0, sqe_flags=0):
-            s = sqe()
+            s = get_sqe(r) or sqe()
             prep_send(s, fd, data, flags)
             set_data(s, tag)
             if sqe_flags:
                 s.flags = sqe_flags
 
         def do_submit():
-            if self.pending:
-                self.pending = 0
+            n = submit(r)
+            if n:
                 self.enters += 1
-                return submit(r)
-            return 0
+            return n
 
         self._sqe = sqe
         self.prep_recv = recv

@@ -410,7 +410,7 @@ class ReactorBase:
                 conn.hbase = -1
             if self.access is not None:
                 h = conn.head
-                self.access((conn.t0, h.method, h.target, conn.status, conn.sent, conn.outcome, took))
+                self.access((conn.t0, (h.method, h.target, conn.status, conn.sent, conn.outcome), took))
         conn.sent = 0
         conn.head = None
 

@@ -90,6 +90,9 @@ class SelectorReactor(ReactorBase):
                             advance(d)
                         except Exception:
                             self.internal_error(d)
+                # let go of this batch: it may hold the last references to closed
+                # connections (and their 64 KiB buffers) until select returns again
+                events = key = d = None
                 if now >= next_sweep:
                     self.sweep()
                     next_sweep = now + 1.0

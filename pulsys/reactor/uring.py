@@ -19,20 +19,24 @@ socket as in the portable backend, with a POLL_ADD on the ring when the socket i
 import errno
 import select
 import socket
+from bisect import bisect_left
 from time import monotonic
 
 from pulsys import metrics as M
-from pulsys.metrics import H_WARM, observe
+from pulsys.metrics import H_WARM, H_WARM_SUM, LATENCY_BOUNDS
 from pulsys.platform.uring import CQE_F_MORE, LINK_QUIET, MSG_WAITALL, Ring
 from pulsys.cache.downloads import ONE
-from pulsys.model.entry import FILE
+from pulsys.cache.index import FOREVER
 from pulsys.model.target import RESOLVE
-from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
+from pulsys.reactor.base import DONE_SEND, HEAD_MEMO, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
-from pulsys.warm import plan_warm
+from pulsys.warm import Answer, WarmPlan, remember_answer
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
 IBUF_SIZE = 16 * 1024
+_REQUESTS, _HITS, _SQES, _BYTES, _FUSED = (M.REQUESTS, M.CACHE_HITS, M.URING_SQES,
+                                           M.BYTES_SERVED, M.FUSED_HEAD_BODY)
+_W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
 class UringReactor(ReactorBase):
@@ -43,6 +47,8 @@ class UringReactor(ReactorBase):
         self.ring = None
         self.zombies = {}
         self.family = self.listener.family
+        self.answers = {}          # exact head bytes -> warm.Answer (the fused hit)
+        self.scratch = WarmPlan()
 
     # -- hooks the shared step calls ---------------------------------------------------
 
@@ -122,6 +128,15 @@ class UringReactor(ReactorBase):
     # -- completions -------------------------------------------------------------------
 
     def _dispatch(self, tag, res, flags):
+        if tag & 7 == OP_RECV:          # most completions: bytes from an open connection
+            conn = self.conns.get(tag >> 3)
+            if conn is not None:        # (a closed connection is a zombie until drained)
+                conn.inflight -= 1
+                try:
+                    self._on_recv(conn, res)
+                except Exception:
+                    self.internal_error(conn)
+                return
         op = tag & 7
         if op == OP_ACCEPT:
             self._on_accept(res, flags)
@@ -205,58 +220,84 @@ class UringReactor(ReactorBase):
                     self._grow(conn, max(n + res, RBUF_SIZE))
             conn.rbuf[conn.rend:conn.rend + res] = conn.ibuf[:res]
         else:
-            conn.last_active = self.now   # a new head begins (ReactorBase._recv, sweep)
+            # into the empty rbuf (rstart == rend == 0): a new head begins
+            conn.last_active = self.now   # (ReactorBase._recv, sweep)
+            if conn.state == READ and self._hit(conn, res):
+                return
         conn.rend += res
-        if conn.state == READ and not self._hit(conn):
+        if conn.state == READ:
             self.advance(conn)
 
-    def _hit(self, conn):
-        """The warm hit, fused: exactly one known head in the buffer, a fresh entry whose
-        whole answer is in memory, keep-alive. Runs the same lookup and plan_warm as the
-        general step (which handles everything else) and submits send + next recv."""
-        rs, rend = conn.rstart, conn.rend
-        if conn.rbuf.find(b"\r\n\r\n", rs, rend) != rend - 4:
-            return False
-        known = self.heads.get(bytes(conn.rview[rs:rend]))
-        if known is None:
-            return False
-        head, t = known
-        if t.kind != RESOLVE or not head.keep_alive:
+    def _hit(self, conn, n):
+        """The warm hit, fused: the recv brought exactly the bytes of one head seen before
+        (heads are remembered by their exact bytes, one head each, so no scan for its end
+        is needed), and the Answer remembered for them is a whole keep-alive answer in
+        memory that is still current (index generation and freshness unchanged). Submits
+        send + next recv. Anything else returns False for the general step (same lookup
+        and plan_warm)."""
+        key = bytes(conn.rview[:n])
+        a = self.answers.get(key)
+        t0 = monotonic()
+        if a is None or a.gen != self.index.gen or t0 >= a.until:
+            a = self._remember(key, t0)
+            if a is None:
+                return False
+        out = a.out
+        if out is None:
             return False
         gate = self.gate
-        if gate is not None and head.authorization not in gate.verdicts:
+        if gate is not None and a.auth not in gate.verdicts:
             return False      # not accepted yet (or revoked): the general step checks it
-        t0 = monotonic()
-        e = self.index.lookup(t, t0)
-        plan = conn.plan
-        if e is None or not plan_warm(head, e, plan) or plan.count or plan.body:
-            return False
-        out = plan.head
         fd = conn.fd
-        self.ring.prep_send(fd, out, (fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
+        ring = self.ring
+        ring.prep_send(fd, out, (fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
         conn.send_buf = out
-        conn.rstart = conn.rend = 0
-        conn.recv_ibuf = False
-        self.ring.prep_recv(fd, conn.rbuf, (fd << 3) | OP_RECV)
+        ring.prep_recv(fd, conn.rbuf, (fd << 3) | OP_RECV)
         conn.recv_pending = True
         conn.inflight += 1
-        n = len(out)
         c = self.counters
-        c[M.REQUESTS] += 1
-        c[M.CACHE_HITS] += 1
-        c[M.URING_SQES] += 2
-        c[M.BYTES_SERVED] += n
-        if plan.status == 200 or plan.status == 206:
-            c[M.FUSED_HEAD_BODY] += 1
-        took = monotonic() - t0     # to the send queued on the ring (the fused hit's whole work)
-        observe(c, H_WARM, took)
-        self.served[e.blob_id] = t0     # for LRU eviction, as the general step does
-        if e.kind == FILE and head.method == "GET":    # per-repo stats (cache/downloads.py)
+        c[_REQUESTS] += 1
+        c[_HITS] += 1
+        c[_SQES] += 2
+        c[_BYTES] += len(out)
+        if a.fused:
+            c[_FUSED] += 1
+        self.served[a.blob] = t0     # for LRU eviction, as the general step does
+        k = a.dkey
+        if k is not None:            # per-repo stats (cache/downloads.py)
             d = self.downloads
-            d[e.key] = d.get(e.key, 0) + (ONE + n)
+            d[k] = d.get(k, 0) + a.dcount
+        took = monotonic() - t0     # to the send queued on the ring (the fused hit's whole work)
+        # metrics.observe inlined (a call costs more than the rest of it); a fused hit takes
+        # a few microseconds, so nearly always the first bucket
+        c[_W_FIRST if took < _FIRST_BOUND else H_WARM + bisect_left(LATENCY_BOUNDS, took)] += 1
+        c[_W_SUM] += int(took * 1e6)
         if self.access is not None:
-            self.access((t0, head.method, head.target, plan.status, n, "hit", took))
+            self.access((t0, a.log, took))
         return True
+
+    def _remember(self, key, now):
+        """The Answer for a head seen before (None if it was not), remembered."""
+        known = self.heads.get(key)
+        if known is None:
+            return None       # the general step parses it, and remembers the head
+        head, t = known
+        index = self.index
+        gen = index.gen       # read before the lookup: a change after it makes gen differ
+        if t.kind != RESOLVE:
+            a = Answer(gen, FOREVER)
+        else:
+            e, until = index.lookup_until(t, now)
+            if e is None:
+                return None   # a miss: not remembered, the fill publishes a new gen anyway
+            a = remember_answer(head, e, gen, until, self.scratch)
+            if a.out is not None and a.dkey is not None:
+                a.dcount += ONE
+        answers = self.answers
+        if len(answers) >= HEAD_MEMO:
+            answers.clear()
+        answers[key] = a
+        return a
 
     def _on_send(self, conn, res):
         conn.sending = False

@@ -25,20 +25,21 @@ def test_fused_hit_serves_accepted_keys_and_leaves_revoked_ones_to_the_general_s
     rig = FusedHitRig(tmp_path, req, COMMIT, SHA, gate=gate)
     r, ring, conn, body = rig.reactor, rig.ring, rig.conn, rig.body
 
-    def arrive():
+    def arrive():     # a recv into the empty buffer has just completed (as in _on_recv)
         conn.rbuf[0:len(req)] = req
-        conn.rstart, conn.rend, conn.recv_pending = 0, len(req), False
+        conn.rstart, conn.rend, conn.recv_pending = 0, 0, False
     try:
         rig.deliver()                                             # first time: the general step
         assert ring.sent[-1].startswith(b"HTTP/1.1 200 OK\r\n") and ring.sent[-1].endswith(body)
         assert len(r.heads) == 1
         arrive()
-        assert r._hit(conn) is True                               # remembered: the fused path
+        assert r._hit(conn, len(req)) is True                              # remembered: the fused path
         assert ring.sent[-1].startswith(b"HTTP/1.1 200 OK\r\n") and r.counters[M.CACHE_HITS] == 2
 
         gate.load({})                                             # the key is revoked
         arrive()
-        assert r._hit(conn) is False
+        assert r._hit(conn, len(req)) is False
+        conn.rend = len(req)
         r.advance(conn)
         assert ring.sent[-1].startswith(b"HTTP/1.1 401 Unauthorized\r\n")
         assert r.counters[M.AUTH_REFUSALS] == 1 and r.counters[M.CACHE_HITS] == 2

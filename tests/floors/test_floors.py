@@ -18,9 +18,9 @@ from pulsys.platform import PlatformFacts
 from tests.conftest import wait_until
 
 ALLOC_BLOCKS_PER_HIT = 0.05      # net new allocated blocks per warm hit, after warm-up
-# tracemalloc growth attributed to pulsys/ over the run: one closed connection's 64 KiB
-# buffer may still be referenced by the selector's last event batch, while a leak of a
-# single 16-byte object per hit would add 160 KB over HITS
+# tracemalloc growth attributed to pulsys/ over the run: less than two connections' 64 KiB
+# buffers (closed connections must be let go, including from the selector's last event
+# batch), while a leak of a single 16-byte object per hit would add 160 KB over HITS
 PULSYS_GROWTH_BYTES = 128 * 1024
 HITS = 10_000
 SIZE = 4096

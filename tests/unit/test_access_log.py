@@ -8,8 +8,8 @@ from pulsys.log import AccessLog, AccessLogWriter
 def test_json_access_lines_parse_and_carry_every_field():
     a = AccessLog()
     t0 = time.monotonic()
-    a.append((t0, "GET", '/o/n/resolve/main/"q"\\x', 206, 1000, "hit", 0.00025))
-    a.append((t0, "HEAD", "/o/n/resolve/main/f", 200, 400, "miss", 0.01))
+    a.append((t0, ("GET", '/o/n/resolve/main/"q"\\x', 206, 1000, "hit"), 0.00025))
+    a.append((t0, ("HEAD", "/o/n/resolve/main/f", 200, 400, "miss"), 0.01))
     out = io.StringIO()
     AccessLogWriter([a], "json", out).flush()
     lines = [json.loads(l) for l in out.getvalue().splitlines()]
@@ -24,7 +24,7 @@ def test_json_access_lines_parse_and_carry_every_field():
 
 def test_console_lines_escape_control_characters_in_paths():
     a = AccessLog()
-    a.append((time.monotonic(), "GET", "/x\n/y", 400, 10, "error", 0.0))
+    a.append((time.monotonic(), ("GET", "/x\n/y", 400, 10, "error"), 0.0))
     out = io.StringIO()
     AccessLogWriter([a], "console", out).flush()
     assert out.getvalue().count("\n") == 1 and "path='/x\\n/y'" in out.getvalue()
@@ -33,5 +33,16 @@ def test_console_lines_escape_control_characters_in_paths():
 def test_buffer_is_bounded():
     a = AccessLog(maxlen=3)
     for i in range(10):
-        a.append((0.0, "GET", "/%d" % i, 200, 0, "hit", 0.0))
-    assert [r[2] for r in a.buf] == ["/7", "/8", "/9"]
+        a.append((0.0, ("GET", "/%d" % i, 200, 0, "hit"), 0.0))
+    assert [r[1][1] for r in a.buf] == ["/7", "/8", "/9"]
+
+
+def test_durations_are_milliseconds_rounded_to_the_microsecond():
+    a = AccessLog()
+    took = [0.0, 0.0000024, 0.0000026, 0.0123456, 0.0123456, 12.5]   # memoised and not
+    for s in took:
+        a.append((time.monotonic(), ("GET", "/f", 200, 1, "hit"), s))
+    out = io.StringIO()
+    AccessLogWriter([a], "json", out).flush()
+    text = [l.split('"duration_ms":')[1].split(",")[0] for l in out.getvalue().splitlines()]
+    assert text == ["0.000", "0.002", "0.003", "12.346", "12.346", "12500.000"]

@@ -1,0 +1,93 @@
+"""The io_uring fused hit answers from an Answer remembered per exact head (warm.Answer,
+UringReactor._remember). These check that a remembered answer never outlives what it
+was planned from: a new Entry, a removed one, an expired revision, a changed key set."""
+
+import sys
+import time
+
+import pytest
+
+from pulsys import metrics as M
+from tests.uring_stub import FusedHitRig
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="io_uring reactor: Linux")
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SHA = "cd" * 32
+GET = b"GET /org/m/resolve/main/f.bin HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+@pytest.fixture
+def rig(tmp_path):
+    r = FusedHitRig(tmp_path, GET, COMMIT, SHA)
+    yield r
+    r.close()
+
+
+def served(rig):
+    """Deliver the request once; -> (bytes sent, True if the fused path sent them)."""
+    hits = rig.reactor.counters[M.CACHE_HITS]
+    rig.conn.plan.head = b""
+    rig.deliver()
+    fused = rig.conn.plan.head == b""          # the general step plans into conn.plan
+    assert rig.reactor.counters[M.CACHE_HITS] == hits + 1
+    return rig.ring.sent[-1], fused
+
+
+def test_second_delivery_is_fused_and_identical(rig):
+    first, fused1 = served(rig)
+    second, fused2 = served(rig)
+    assert (fused1, fused2) == (False, True)
+    assert first == second and first.endswith(b"\r\n\r\n" + rig.body)
+
+
+def test_new_entry_under_the_key_is_served_at_once(rig):
+    served(rig), served(rig)
+    rig.publish(b"new bytes " * 100)
+    out, _ = served(rig)
+    assert out.endswith(b"\r\n\r\n" + b"new bytes " * 100)
+    assert b"Content-Length: 1000\r\n" in out
+
+
+def test_removed_entry_is_a_miss_not_a_remembered_answer(rig):
+    served(rig), served(rig)
+    rig.index.remove(rig.key)
+    n = len(rig.ring.sent)
+    rig.deliver()
+    assert len(rig.ring.sent) == n and len(rig.jobs) == 1      # handed to the fill pool
+    assert rig.reactor.counters[M.CACHE_MISSES] == 1
+
+
+def test_expired_revision_is_a_miss(rig):
+    t = rig.target
+    rig.index.set_rev(t.rtype, t.repo, t.rev, COMMIT, expires=time.monotonic() + 0.5, fetched_at=0)
+    assert served(rig)[1] is False and served(rig)[1] is True
+    time.sleep(0.6)     # the same generation would keep the answer; its freshness ends it
+    rig.deliver()
+    assert len(rig.jobs) == 1 and rig.reactor.counters[M.CACHE_MISSES] == 1
+
+
+def test_range_on_an_in_memory_body_is_fused_with_the_right_bytes(tmp_path):
+    req = GET.replace(b"\r\n\r\n", b"\r\nRange: bytes=10-19\r\n\r\n")
+    rig = FusedHitRig(tmp_path, req, COMMIT, SHA)
+    try:
+        first, fused1 = served(rig)
+        second, fused2 = served(rig)
+        assert (fused1, fused2) == (False, True) and first == second
+        assert second.startswith(b"HTTP/1.1 206 Partial Content\r\n")
+        assert b"Content-Range: bytes 10-19/4096\r\n" in second
+        assert second.endswith(b"\r\n\r\n" + rig.body[10:20])
+    finally:
+        rig.close()
+
+
+def test_connection_close_is_never_fused(tmp_path):
+    req = GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    rig = FusedHitRig(tmp_path, req, COMMIT, SHA)
+    try:
+        rig.deliver()                               # the general step remembers the head
+        assert len(rig.reactor.heads) == 1
+        a = rig.reactor._remember(req, time.monotonic())
+        assert a is not None and a.out is None      # remembered as "take the general step"
+    finally:
+        rig.close()
