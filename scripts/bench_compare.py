@@ -8,6 +8,9 @@ Every server serves the same random files at /bench/files/resolve/main/f<size>.b
   nginx-proxy-cache  nginx proxy_cache in front of the fake Hub
   varnish            Varnish in front of the fake Hub
   olah               olah (PyPI) in front of the fake Hub
+  uring-floor        scripts/bench_peers/uring_floor.py: a featureless Python + liburing
+                     server (files in memory, no parser/cache/log), sizes <= 64 KiB only:
+                     the floor that pulsys's per-request Python is measured against
 
 All listen on 127.0.0.1 only. Each is warmed (one GET per file, bytes checked), then
 every (size, concurrency) cell is measured for each server in turn, rounds
@@ -64,7 +67,8 @@ KIB, MIB = 1024, 1024 * 1024
 DEFAULT_SIZES = [4 * KIB, 64 * KIB, 256 * KIB, 4 * MIB, 16 * MIB]
 DEFAULT_CONCURRENCY = [1, 16, 64]
 QUICK = {"sizes": [4 * KIB, 256 * KIB], "concurrency": [16], "duration": 2.0, "rounds": 1}
-SERVERS = ["pulsys-iouring", "pulsys-portable", "nginx-static", "nginx-proxy-cache", "varnish", "olah"]
+SERVERS = ["pulsys-iouring", "pulsys-portable", "nginx-static", "nginx-proxy-cache", "varnish", "olah",
+           "uring-floor"]
 ALIASES = {"pulsys": ["pulsys-iouring", "pulsys-portable"], "nginx": ["nginx-static", "nginx-proxy-cache"],
            "all": SERVERS}
 REPO = "bench/files"
@@ -276,6 +280,7 @@ class Unavailable(Exception):
 class Peer:
     """One measured endpoint: a server process (tree) listening on 127.0.0.1:port."""
     server = variant = ""
+    max_size = float("inf")      # larger files are not measured on this peer
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -304,6 +309,8 @@ class Peer:
     def warm(self):
         """One GET per file, bytes checked; raises Unavailable on any difference."""
         for size, data in self.ctx.files.items():
+            if size > self.max_size:
+                continue
             try:
                 status, body = http_get(self.port, file_path(size))
             except OSError as e:
@@ -475,6 +482,24 @@ class Olah(Peer):
             raise Unavailable("olah did not start: %s" % tail(out))
 
 
+class UringFloor(Peer):
+    server = "uring-floor"
+    variant = "python-liburing"
+    max_size = WRK_MAX_SIZE      # a per-request Python reference: small bodies only
+
+    def start(self):
+        self.version = "CPython %s, liburing %s" % (
+            sys.version.split()[0],
+            version_of([sys.executable, "-c", "import importlib.metadata as m; print(m.version('liburing'))"]))
+        out = os.path.join(self.dir, "floor.log")
+        with open(out, "w") as logf:
+            self.spawn(pin(0) + [sys.executable, os.path.join(PEERS_DIR, "uring_floor.py"),
+                                 "--port", str(self.port), "--root", self.ctx.www],
+                       stdout=logf, stderr=subprocess.STDOUT)
+        if not wait_port(self.port, self.proc):
+            raise Unavailable("uring_floor.py did not start: %s" % tail(out))
+
+
 def tail(path, n=3):
     try:
         with open(path, errors="replace") as f:
@@ -499,6 +524,8 @@ def make_peers(ctx, names):
             out.append(Varnish(ctx))
         elif name == "olah":
             out.append(Olah(ctx))
+        elif name == "uring-floor":
+            out.append(UringFloor(ctx))
     return out
 
 
@@ -837,7 +864,7 @@ def main(argv=None):
         rows, round_info = [], []
         t_start = time.monotonic()
         cells = [(s, c) for s in a.sizes for c in a.concurrency]
-        total = a.rounds * len(cells) * len(peers)
+        total = a.rounds * sum(1 for s, _ in cells for p in peers if s <= p.max_size)
         log("%d measurements of %gs: about %.0f min" % (total, a.duration, total * (a.duration + 1.5) / 60))
         n = 0
         for rnd in range(1, a.rounds + 1):
@@ -849,6 +876,8 @@ def main(argv=None):
             for size, conc in cells:
                 gen = gen_choice[conc] if size <= WRK_MAX_SIZE else "loadgen"
                 for peer in order:
+                    if size > peer.max_size:
+                        continue
                     n += 1
                     if peer.proc.poll() is not None:
                         row = {"server": peer.server, "variant": peer.variant, "generator": gen, "size": size,
