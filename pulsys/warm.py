@@ -63,29 +63,37 @@ def plan_warm(head, entry, plan):
 
 
 class Answer:
-    """A whole keep-alive answer remembered for one exact request head (io_uring fused
-    hit): valid while the index generation is `gen` and the clock is before `until`."""
-    __slots__ = ("out", "gen", "until", "auth", "blob", "dkey", "dcount", "fused", "log")
+    """A keep-alive answer remembered for one exact request head (io_uring fused hit):
+    valid while the index generation is `gen` and the clock is before `until`. Either
+    `out` (head and body, all in memory) or `file` ((head, entry, plan) for a body read
+    from the blob file) is set; neither means: take the general step."""
+    __slots__ = ("out", "file", "gen", "until", "auth", "blob", "dkey", "dcount", "fused", "log")
 
     def __init__(self, gen, until):
         self.gen = gen
         self.until = until
-        self.out = None       # bytes to send, or None: this head takes the general step
+        self.out = None
+        self.file = None
+        self.dkey = None
 
 
-def remember_answer(head, entry, gen, until, plan):
-    """An Answer for `head` on `entry` (planned into the scratch `plan`). Its `out` is
-    None unless the whole answer (head and any body) is in memory."""
+def remember_answer(head, entry, gen, until):
+    """An Answer for `head` on `entry`, planned by plan_warm into a plan of its own."""
     a = Answer(gen, until)
-    if not head.keep_alive or not plan_warm(head, entry, plan) or plan.count:
+    plan = WarmPlan()
+    if not head.keep_alive or not plan_warm(head, entry, plan):
         return a
-    a.out = out = plan.head + plan.body if plan.body else plan.head
-    n = len(out)
     a.auth = head.authorization
     a.blob = entry.blob_id
     a.fused = plan.status == 200 or plan.status == 206
     # per-repo download stats count GETs of files (cache/downloads.py)
     a.dkey = entry.key if entry.kind == FILE and head.method == "GET" else None
+    if plan.count:
+        a.file = (head, entry, plan)
+        a.dcount = plan.count   # body bytes of one answer, as the general step counts them
+        return a
+    a.out = out = plan.head + plan.body if plan.body else plan.head
+    n = len(out)
     a.dcount = n            # bytes of one answer
     a.log = (head.method, head.target, plan.status, n, "hit")
     return a

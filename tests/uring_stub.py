@@ -57,13 +57,14 @@ class FusedHitRig:
         r.conns[self.conn.fd] = self.conn
         self.tag = (self.conn.fd << 3) | OP_RECV
 
-    def publish(self, body):
-        """Put a new Entry with this body (in memory and on disk) under the file's key."""
+    def publish(self, body, in_memory=True):
+        """Put a new Entry with this body (on disk, and in memory unless told) under the
+        file's key."""
         self.body = body
         blob = self.tmp_path / ("blob%d" % len(os.listdir(self.tmp_path)))
         blob.write_bytes(body)
         e = Entry(FILE, self.key, len(body), self.sha, self.commit, True, "sha256/" + self.sha, str(blob))
-        e.body_mem = body
+        e.body_mem = body if in_memory else None
         self.index.publish(e)
 
     def deliver(self):

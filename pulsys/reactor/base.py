@@ -270,8 +270,9 @@ class ReactorBase:
         if head is not None:
             conn.head = head
 
-    def _start(self, conn, entry, fill, outcome):
-        plan = conn.plan
+    def _start(self, conn, entry, fill, outcome, plan=None):
+        if plan is None:
+            plan = conn.plan
         conn.out = plan.head + plan.body if plan.body else plan.head
         conn.out_off = 0
         conn.status = plan.status

@@ -30,7 +30,7 @@ from pulsys.cache.index import FOREVER
 from pulsys.model.target import RESOLVE
 from pulsys.reactor.base import DONE_SEND, HEAD_MEMO, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
-from pulsys.warm import Answer, WarmPlan, remember_answer
+from pulsys.warm import Answer, remember_answer
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
 IBUF_SIZE = 16 * 1024
@@ -48,7 +48,6 @@ class UringReactor(ReactorBase):
         self.zombies = {}
         self.family = self.listener.family
         self.answers = {}          # exact head bytes -> warm.Answer (the fused hit)
-        self.scratch = WarmPlan()
 
     # -- hooks the shared step calls ---------------------------------------------------
 
@@ -243,11 +242,13 @@ class UringReactor(ReactorBase):
             if a is None:
                 return False
         out = a.out
-        if out is None:
+        if out is None and a.file is None:
             return False
         gate = self.gate
         if gate is not None and a.auth not in gate.verdicts:
             return False      # not accepted yet (or revoked): the general step checks it
+        if out is None:
+            return self._hit_file(conn, a, t0)
         fd = conn.fd
         ring = self.ring
         ring.prep_send(fd, out, (fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
@@ -276,6 +277,24 @@ class UringReactor(ReactorBase):
             self.access((t0, a.log, took))
         return True
 
+    def _hit_file(self, conn, a, t0):
+        """A remembered answer whose body is read from the blob file (sizes above the
+        in-memory limit, ranges of them): what on_request does for a hit, minus parse,
+        route, lookup and plan; the send goes through the shared state machine."""
+        head, entry, plan = a.file
+        c = self.counters
+        c[_REQUESTS] += 1
+        c[_HITS] += 1
+        conn.head, conn.t0, conn.close_after, conn.hbase = head, t0, False, H_WARM
+        self.served[a.blob] = t0
+        k = a.dkey
+        if k is not None:
+            d = self.downloads
+            d[k] = d.get(k, 0) + a.dcount
+        self._start(conn, entry, None, "hit", plan)
+        self.advance(conn)
+        return True
+
     def _remember(self, key, now):
         """The Answer for a head seen before (None if it was not), remembered."""
         known = self.heads.get(key)
@@ -290,8 +309,8 @@ class UringReactor(ReactorBase):
             e, until = index.lookup_until(t, now)
             if e is None:
                 return None   # a miss: not remembered, the fill publishes a new gen anyway
-            a = remember_answer(head, e, gen, until, self.scratch)
-            if a.out is not None and a.dkey is not None:
+            a = remember_answer(head, e, gen, until)
+            if a.dkey is not None:
                 a.dcount += ONE
         answers = self.answers
         if len(answers) >= HEAD_MEMO:

@@ -2,12 +2,14 @@
 UringReactor._remember). These check that a remembered answer never outlives what it
 was planned from: a new Entry, a removed one, an expired revision, a changed key set."""
 
+import os
 import sys
 import time
 
 import pytest
 
 from pulsys import metrics as M
+from pulsys.reactor.conn import READ
 from tests.uring_stub import FusedHitRig
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="io_uring reactor: Linux")
@@ -91,3 +93,23 @@ def test_connection_close_is_never_fused(tmp_path):
         assert a is not None and a.out is None      # remembered as "take the general step"
     finally:
         rig.close()
+
+
+def test_body_from_the_blob_file_is_fused_and_sent_whole(rig):
+    body = os.urandom(40000)        # above the in-memory size: sendfile
+    rig.publish(body, in_memory=False)
+    peer = rig.sockets[2]
+    peer.setblocking(False)
+    for expect_fused in (False, True):
+        rig.conn.plan.head = b""
+        rig.deliver()
+        assert (rig.conn.plan.head == b"") is expect_fused
+        got = b""
+        while len(got) < len(body) + 200 and not got.endswith(body):
+            got += peer.recv(1 << 20)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: 40000" in head
+        assert rest == body
+    r = rig.reactor
+    assert r.counters[M.CACHE_HITS] == 2 and r.counters[M.BYTES_SERVED] == 2 * len(got)
+    assert rig.conn.state == READ and r.served    # back to reading; LRU saw the hits
