@@ -4,8 +4,11 @@ Starts the fake Hub, then for each round and each variant starts pulsys (pinned 
 CPU 0) with that variant's flags, warms the files once, and runs wrk (pinned to the
 other CPU) against one warm file per size. Rounds interleave variants, in reverse
 order every other round, so a noisy machine slows them alike; the report is the median
-req/s and the ratio to the first variant, and the server's CPU time per request
-(/proc/PID/stat over the wrk run). Installs nothing: needs `wrk` on PATH (Debian package `wrk`).
+req/s and the ratio to the first variant, the server's CPU time per request
+(/proc/PID/stat over the run), the load generator's CPU time per request (its rusage),
+and from the two the most any server could do on the CPUs both share (see main()).
+Installs nothing: needs `wrk` on PATH (Debian package `wrk`) or, with --generator
+loadgen, a C compiler.
 
     python scripts/bench_warm.py --sizes 4096 --connections 16 --duration 5 --rounds 3 \
         --variant access_log_on= --variant access_log_off=--access-log=off
@@ -15,9 +18,15 @@ creates a read key in the variant's store first (`pulsys keys create`) and every
 request, wrk's included, carries it as `Authorization: Bearer ...`:
 
     python scripts/bench_warm.py --name auth_warm --variant auth_off= --variant auth_required=--auth=required
+
+--listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
+
+    python scripts/bench_warm.py --name listeners_scaling --server-cpus 0,1 --generator loadgen \
+        --variant listeners_1="--iouring --listeners=1" --variant listeners_2="--iouring --listeners=2"
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -27,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,16 +92,49 @@ def start_pulsys(hub, cache, flags, cpus="0"):
 
 
 def wrk(url, connections, duration, headers=()):
+    """-> (req/s, p50, p99, requests, client CPU seconds): wrk's own user + system time
+    (taskset execs wrk in the same process, so wait4 returns wrk's rusage)."""
     cmd = pin(1) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % duration, "--latency", url]
     for name, value in headers:
         cmd[-1:-1] = ["-H", "%s: %s" % (name, value)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    with tempfile.TemporaryFile("w+") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + duration + 60
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                raise SystemExit("bench_warm: wrk did not finish within duration + 60 s")
+            time.sleep(0.05)
+        f.seek(0)
+        out = f.read()
     if "Non-2xx" in out:
         raise SystemExit("bench_warm: wrk saw error answers:\n" + out)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
-    return rps, lat.get("50"), lat.get("99"), total
+    return rps, lat.get("50"), lat.get("99"), total, ru.ru_utime + ru.ru_stime
+
+
+def loadgen(exe, url, size, connections, duration, headers=()):
+    """The C closed-loop client of bench_compare (scripts/bench_peers/loadgen.c): cheaper
+    per request than wrk, and it reports its own CPU time (getrusage)."""
+    if headers:
+        raise SystemExit("bench_warm: --generator loadgen sends no headers; use wrk for --auth variants")
+    u = urllib.parse.urlsplit(url)
+    cmd = pin(1) + [exe, "-a", u.hostname, "-p", str(u.port), "-u", u.path, "-c", str(connections),
+                    "-d", str(duration), "-s", str(size)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    if p.returncode != 0:
+        raise SystemExit("bench_warm: loadgen exited %d: %s" % (p.returncode, p.stderr.strip()[-300:]))
+    d = json.loads(p.stdout)
+    if d["errors"]:
+        raise SystemExit("bench_warm: loadgen saw errors: %s" % d["errors_by"])
+    return (d["req_per_s"], "%.1fus" % d["p50_us"], "%.1fus" % d["p99_us"], d["requests"], d["cpu_s"])
 
 
 def cpu_seconds(pid):
@@ -102,6 +145,15 @@ def cpu_seconds(pid):
         return bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return None
+
+
+def cpu_list(text):
+    """taskset's CPU list syntax, "0", "0,1", "0-3" -> [ints]."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def main():
@@ -116,9 +168,19 @@ def main():
     ap.add_argument("--server-cpus", default="0",
                     help="taskset CPU list for pulsys and its worker processes (wrk stays on CPU 1); "
                          "e.g. 0,1 to compare --listeners 1 and 2")
+    ap.add_argument("--out-dir", help="where the JSON goes (default results/<machine>/)")
+    ap.add_argument("--generator", choices=("wrk", "loadgen"), default="wrk",
+                    help="load generator on CPU 1: wrk (default) or the C client of bench_compare "
+                         "(scripts/bench_peers/loadgen.c, built with cc)")
     a = ap.parse_args()
-    if not shutil.which("wrk"):
+    if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
+    workdir = tempfile.mkdtemp(prefix="bench_warm-")
+    if a.generator == "loadgen":
+        exe = bench_compare.build_loadgen(workdir)[0]
+        generate = lambda url, size, headers: loadgen(exe, url, size, a.connections, a.duration, headers)  # noqa: E731
+    else:
+        generate = lambda url, size, headers: wrk(url, a.connections, a.duration, headers)  # noqa: E731
     variants = []
     for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
         name, _, flags = v.partition("=")
@@ -141,15 +203,17 @@ def main():
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
                             urllib.request.urlopen(urllib.request.Request(u, headers=dict(headers))).read()
                             cpu0 = cpu_seconds(p.pid)
-                            rps, p50, p99, total = wrk(u, a.connections, a.duration, headers)
+                            rps, p50, p99, total, client_s = generate(u, s, headers)
                             cpu1 = cpu_seconds(p.pid)
                             us = (cpu1 - cpu0) * 1e6 / total if cpu0 is not None and cpu1 is not None else None
-                            rows[(name, s)].append((rps, p50, p99, us))
+                            rows[(name, s)].append((rps, p50, p99, us, client_s * 1e6 / total))
                     finally:
                         p.terminate()
                         p.wait(10)
     finally:
         hub.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    cpus = len(set(cpu_list(a.server_cpus)) | {1})
     results = []
     for s in sizes:
         base = statistics.median(r[0] for r in rows[(variants[0][0], s)])
@@ -158,17 +222,28 @@ def main():
             med = statistics.median(rps)
             cpu = [r[3] for r in rows[(name, s)] if r[3] is not None]
             cpu_med = statistics.median(cpu) if cpu else None
-            results.append({"variant": name, "flags": flags, "size": s, "median_req_per_s": round(med),
+            client = statistics.median(r[4] for r in rows[(name, s)])
+            # A closed loop on `cpus` CPUs can do at most cpus / (server + client CPU per
+            # request) req/s, whatever the server's parallelism: this variant's ceiling
+            # as a multiple of the first variant's measured rate.
+            ceiling = cpus / ((cpu_med + client) * 1e-6) / base if cpu else None
+            results.append({"client_cpu_us_per_req": round(client, 2),
+                            "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
+                            "variant": name, "flags": flags, "size": s, "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],
                             "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None})
-            print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s  server CPU %s us/req (rounds %s)" % (
-                name, s, med, med / base, [round(x) for x in rps],
-                "%.2f" % cpu_med if cpu else "?", [round(x, 1) for x in cpu]))
-    doc = provenance(benchmark=a.name, backend="selector", loadavg_before=load_before, load="wrk -t1 -c%d -d%ds" % (a.connections, a.duration),
-                     pinning="pulsys CPU %s, wrk CPU 1" % a.server_cpus, listeners=1, rounds=a.rounds, results=results)
-    print("wrote", write_result("%s.json" % a.name, doc))
+            print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s  server CPU %s us/req (rounds %s)  "
+                  "client CPU %.2f us/req  ceiling on %d CPUs x%s" % (
+                      name, s, med, med / base, [round(x) for x in rps],
+                      "%.2f" % cpu_med if cpu else "?", [round(x, 1) for x in cpu], client, cpus,
+                      "%.2f" % ceiling if ceiling else "?"))
+    backend = ("selector" if all("--no-iouring" in f for _, f in variants)
+               else "io_uring where the probe passes, unless a variant says --no-iouring")
+    doc = provenance(benchmark=a.name, backend=backend, loadavg_before=load_before, load="%s c%d %ds" % (a.generator, a.connections, a.duration),
+                     pinning="pulsys CPU %s, %s CPU 1" % (a.server_cpus, a.generator), rounds=a.rounds, results=results)
+    print("wrote", write_result("%s.json" % a.name, doc, a.out_dir))
 
 
 if __name__ == "__main__":

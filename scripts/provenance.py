@@ -48,8 +48,9 @@ def provenance(**extra):
     return doc
 
 
-def write_result(name, doc):
-    d = os.path.join(ROOT, "results", machine_label())
+def write_result(name, doc, out_dir=None):
+    """Write results/<machine>/<name> (or out_dir/<name>); -> the path written."""
+    d = out_dir or os.path.join(ROOT, "results", machine_label())
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, name)
     with open(path, "w") as f:

@@ -347,3 +347,40 @@ def test_only_a_full_run_may_replace_the_headline():
     assert not render_bench.full_run(dict(full, quick=True))
     for key, value in (("sizes", [4096]), ("concurrency", [1, 64]), ("servers", ["pulsys-iouring", "nginx-static"])):
         assert not render_bench.full_run(dict(full, settings=dict(full["settings"], **{key: value}))), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("generator", ["loadgen", "wrk"])
+def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator):
+    """scripts/bench_warm.py for real, two variants (--listeners 1 and 2 on both CPUs): each
+    row carries the server's and the client's CPU per request, and the ceiling is the
+    closed-loop bound cpus / (server + client CPU per request) over the first variant."""
+    if generator == "wrk" and not ensure_tool(lambda: shutil.which("wrk"), "wrk"):
+        pytest.skip("wrk is not installed and cannot be installed here (needs root and apt-get)")
+    if generator == "loadgen" and not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.fail("no C compiler for scripts/bench_peers/loadgen.c (apt-get install gcc)")
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--name", "tiny",
+                        "--generator", generator, "--server-cpus", "0,1", "--connections", "4",
+                        "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
+                        "--variant", "one=--no-iouring --listeners=1",
+                        "--variant", "two=--no-iouring --listeners=2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "tiny.json").read_text())
+    assert len(doc["commit"]) == 40 and doc["backend"] == "selector"
+    assert doc["load"] == "%s c4 1s" % generator
+    one, two = doc["results"]
+    assert (one["variant"], two["variant"]) == ("one", "two") and one["ratio"] == 1.0
+    for row in (one, two):
+        assert row["median_req_per_s"] > 0
+        server, client = row["median_server_cpu_us_per_req"], row["client_cpu_us_per_req"]
+        assert server > 0 and client > 0
+        want = 2 / ((server + client) * 1e-6) / one["median_req_per_s"]
+        assert abs(row["ceiling_ratio_on_2_cpus"] - want) < 0.01 * want + 0.002
+
+
+def test_warm_bench_reads_taskset_cpu_lists():
+    import bench_warm
+    assert bench_warm.cpu_list("0") == [0]
+    assert bench_warm.cpu_list("0,1") == [0, 1]
+    assert bench_warm.cpu_list("0-2,5") == [0, 1, 2, 5]
