@@ -544,8 +544,10 @@ def build_loadgen(workdir):
     return exe, version_of([cc, "--version"])
 
 
-def run_loadgen(exe, port, size, conns, duration):
-    cmd = pin(1) + [exe, "-a", "127.0.0.1", "-p", str(port), "-u", file_path(size), "-c", str(conns),
+def run_loadgen(exe, port, size, conns, duration, path=None):
+    """loadgen on CPU 1 against 127.0.0.1:port, GET path (default: the bench file of
+    `size`), each body expected to be `size` bytes -> its JSON report, or {"error": ...}."""
+    cmd = pin(1) + [exe, "-a", "127.0.0.1", "-p", str(port), "-u", path or file_path(size), "-c", str(conns),
                     "-d", "%g" % duration, "-s", str(size)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)

@@ -26,11 +26,10 @@ request, wrk's included, carries it as `Authorization: Bearer ...`:
 """
 
 import argparse
-import json
 import os
 import re
+import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,18 +48,6 @@ from provenance import provenance, write_result  # noqa: E402
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def pin(cpus):
-    return ["taskset", "-c", str(cpus)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
-
-
 def needs_key(flags):
     return "--auth=required" in flags or " ".join(flags).find("--auth required") >= 0
 
@@ -75,8 +62,8 @@ def create_key(cache):
 
 
 def start_pulsys(hub, cache, flags, cpus="0"):
-    port, admin = free_port(), free_port()
-    cmd = pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
+    port, admin = bench_compare.free_port(), bench_compare.free_port()
+    cmd = bench_compare.pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
                     "--log-format", "json", "--auth", "off"] + flags
@@ -92,32 +79,22 @@ def start_pulsys(hub, cache, flags, cpus="0"):
 
 
 def wrk(url, connections, duration, headers=()):
-    """-> (req/s, p50, p99, requests, client CPU seconds): wrk's own user + system time
-    (taskset execs wrk in the same process, so wait4 returns wrk's rusage)."""
-    cmd = pin(1) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % duration, "--latency", url]
+    """-> (req/s, p50, p99, requests, client CPU seconds: wrk's user + system time;
+    taskset execs wrk in its own process)."""
+    cmd = bench_compare.pin(1) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % duration, "--latency", url]
     for name, value in headers:
         cmd[-1:-1] = ["-H", "%s: %s" % (name, value)]
-    with tempfile.TemporaryFile("w+") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + duration + 60
-        while True:
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                p.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                p.kill()
-                p.wait()
-                raise SystemExit("bench_warm: wrk did not finish within duration + 60 s")
-            time.sleep(0.05)
-        f.seek(0)
-        out = f.read()
+    # wrk is the only child reaped during this call: the children's rusage grows by its own
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if "Non-2xx" in out:
         raise SystemExit("bench_warm: wrk saw error answers:\n" + out)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
-    return rps, lat.get("50"), lat.get("99"), total, ru.ru_utime + ru.ru_stime
+    return rps, lat.get("50"), lat.get("99"), total, client_s
 
 
 def loadgen(exe, url, size, connections, duration, headers=()):
@@ -126,12 +103,9 @@ def loadgen(exe, url, size, connections, duration, headers=()):
     if headers:
         raise SystemExit("bench_warm: --generator loadgen sends no headers; use wrk for --auth variants")
     u = urllib.parse.urlsplit(url)
-    cmd = pin(1) + [exe, "-a", u.hostname, "-p", str(u.port), "-u", u.path, "-c", str(connections),
-                    "-d", str(duration), "-s", str(size)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
-    if p.returncode != 0:
-        raise SystemExit("bench_warm: loadgen exited %d: %s" % (p.returncode, p.stderr.strip()[-300:]))
-    d = json.loads(p.stdout)
+    d = bench_compare.run_loadgen(exe, u.port, size, connections, duration, path=u.path)
+    if "error" in d:
+        raise SystemExit("bench_warm: " + d["error"])
     if d["errors"]:
         raise SystemExit("bench_warm: loadgen saw errors: %s" % d["errors_by"])
     return (d["req_per_s"], "%.1fus" % d["p50_us"], "%.1fus" % d["p99_us"], d["requests"], d["cpu_s"])
@@ -175,8 +149,8 @@ def main():
     a = ap.parse_args()
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
-    workdir = tempfile.mkdtemp(prefix="bench_warm-")
-    if a.generator == "loadgen":
+    workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
+    if workdir:
         exe = bench_compare.build_loadgen(workdir)[0]
         generate = lambda url, size, headers: loadgen(exe, url, size, a.connections, a.duration, headers)  # noqa: E731
     else:
@@ -212,7 +186,8 @@ def main():
                         p.wait(10)
     finally:
         hub.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     cpus = len(set(cpu_list(a.server_cpus)) | {1})
     results = []
     for s in sizes:
