@@ -5,7 +5,9 @@ a PlatformFacts value.
 """
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 
 
@@ -44,15 +46,55 @@ class PlatformFacts:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+_PROBED = None
+
+
 def _probe_uring():
-    """(ok, reason): really set up a ring and check the ops the uring reactor uses."""
+    """(ok, reason): really set up a ring and check the ops the uring reactor uses.
+    The probe runs in a child process first: a binding that kills its process must cost
+    the io_uring backend, not the server. Seen on an AMD EPYC without AVX-512: the
+    liburing 2026.3.x wheels execute `vmovups %zmm0` in Ring.__new__ and die of SIGILL."""
+    global _PROBED
+    if _PROBED is None:
+        _PROBED = _probe_uring_once()
+    return _PROBED
+
+
+def _probe_uring_once():
     if not sys.platform.startswith("linux"):
         return False, "io_uring is Linux only"
     try:
         from pulsys.platform import uring
     except ImportError as e:
         return False, "the liburing package is not importable (%s); pip install liburing" % e
+    crashed = _probe_in_child()
+    if crashed:
+        return False, crashed
     return uring.probe()
+
+
+_PROBE_CODE = "from pulsys.platform import uring; uring.probe()"
+
+
+def _probe_in_child(code=_PROBE_CODE):
+    """'' when a child process survives the probe, else why it did not."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    try:
+        rc = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode
+    except (OSError, subprocess.SubprocessError) as e:
+        return "the io_uring probe process could not run: %s" % e
+    if rc >= 0:
+        return ""
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = "signal %d" % -rc
+    hint = (": the liburing wheel uses CPU instructions this machine lacks"
+            if -rc == signal.SIGILL else "")
+    return "the liburing binding killed its probe process with %s%s" % (name, hint)
 
 
 def choose_sender(facts, requested="auto"):
