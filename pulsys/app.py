@@ -69,13 +69,15 @@ class _Base:
         self.plane = AdminPlane(config)
         self.index = index
         t0 = time.monotonic()
-        n_entries, n_revs, skipped = self.store.load(self.index, config.revision_ttl, t0)
+        # part files first: a fill a crash interrupted may have streamed unverified bytes,
+        # and entries of its blob must load knowing that (ADR 0012)
         removed = self.store.clean_tmp()
+        n_entries, n_revs, skipped = self.store.load(self.index, config.revision_ttl, t0)
         self.load_stats = {"entries": n_entries, "revisions": n_revs, "skipped": skipped,
                            "partials_removed": removed, "seconds": round(time.monotonic() - t0, 3),
                            "from": self.store.loaded_from}
         self.inflight = Inflight()
-        self.pool_counters = M.new()
+        self.pool_counters = M.PerThread()     # pool, admin and pre-warm threads each count apart
         self.space = SP.for_store(self.store, self.index, self.inflight, config.cache_max_bytes,
                                   config.evict, self.pool_counters, self._drop_fds, get_logger("space"))
         self.guard = UpstreamGuard(config.upstream, config.allow_upstream_host, self.pool_counters,
@@ -117,6 +119,7 @@ class _Base:
                 "listeners": len(self.listeners), "pid": os.getpid(),
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "index_entries": len(self.index), "index_revisions": len(self.index.revs),
+                "negative_entries": len(self.service.negatives),
                 "fills_in_flight": self.inflight.count(), "startup_index_load": self.load_stats,
                 "node_id": self.node_id, **(self.shared.stats() if self.shared else {}),
                 **self.space.stats()}
@@ -210,7 +213,7 @@ class Server(_Base):
             r.mailbox.post(r.fdcache.forget, paths)
 
     def vars(self):
-        d = M.merged([r.counters for r in self.reactors] + [self.pool_counters])
+        d = M.merged([r.counters for r in self.reactors] + self.pool_counters.lists())
         d.update(self._common_vars())
         d["open_connections"] = sum(r.open_sockets() for r in self.reactors)
         return d
@@ -296,7 +299,7 @@ class ProcessServer(_Base):
 
     def vars(self):
         sup = self.supervisor
-        d = M.merged(sup.counter_lists() + [self.pool_counters])
+        d = M.merged(sup.counter_lists() + self.pool_counters.lists())
         d.update(self._common_vars())
         backend, sender = sup.backend()
         if backend:

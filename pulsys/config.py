@@ -277,6 +277,10 @@ SETTINGS = (
             "log one event per request (on/off)", metavar="on|off"),
     Setting("revision_ttl", "--revision-ttl", _positive_float("--revision-ttl"), "60",
             "seconds a branch/tag -> commit mapping and mutable metadata stay fresh", metavar="SECONDS"),
+    Setting("max_negative_entries", "--max-negative-entries",
+            _int_range("--max-negative-entries", 0, 1 << 30), "100000",
+            "most negative answers (4xx such as EntryNotFound) kept in the cache; past it the least "
+            "recently used are dropped (0: none are kept)", metavar="N"),
     Setting("offline", "--offline", _bool, False,
             "serve only from cache; misses get 504", kind="flag"),
     Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), str(os.cpu_count() or 1),
@@ -339,6 +343,7 @@ class Config:
     log_level: str = "info"
     access_log: bool = True
     revision_ttl: float = 60.0
+    max_negative_entries: int = 100000
     offline: bool = False
     listeners: int = 1
     fill_threads: int = 32

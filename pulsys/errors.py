@@ -43,3 +43,8 @@ class UpstreamRefused(UpstreamError):
 
 class CacheCorrupt(PulsysError):
     """Bytes on disk or from upstream failed verification."""
+
+
+class Refetching(CacheCorrupt):
+    """A fill failed verification and the blob is being fetched once more: its readers
+    may go on from the refetch (ADR 0012)."""

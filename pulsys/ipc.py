@@ -42,6 +42,7 @@ import threading
 
 from pulsys.cache.index import Index
 from pulsys.cache.inflight import DONE, FAILED, RUNNING, Fill
+from pulsys.errors import Refetching
 from pulsys.log import get_logger
 from pulsys.model.entry import Entry
 from pulsys.model.job import Job, Reply
@@ -206,8 +207,12 @@ class ReplicatingIndex(Index):
 
 
 def _error_text(fill):
+    """What a worker's copy of a failed Fill is failed with: a Refetching error as it is
+    (its readers go on from the refetch, ADR 0012), anything else as text."""
     e = fill.error
-    return None if e is None else (str(e) or type(e).__name__)
+    if e is None or isinstance(e, Refetching):
+        return e
+    return str(e) or type(e).__name__
 
 
 class _Relay:

@@ -3,8 +3,15 @@
 A reactor increments `c[HITS] += 1` on its own list (no lock, no allocation for small
 ints... and a CPython int above 256 is one short-lived object). Readers sum lists from
 any thread; a torn read only makes a counter momentarily behind.
+
+Code that many threads run (the fill pool, admin request threads, the pre-warm runner)
+counts into one PerThread object instead: `c[i] += n` there is a read and a write that
+another thread may run between, so on one shared list increments would be lost; a
+PerThread gives each thread a list of its own (tests/unit/test_pool_counters.py).
 """
 
+import threading
+import weakref
 from bisect import bisect_left
 
 NAMES = (
@@ -16,9 +23,13 @@ NAMES = (
     "upstream_refused", "connections_refused",
     "quota_rejects", "evictions", "evicted_bytes",
     "upstream_retries", "fill_fetchers", "fill_refetches", "auth_refusals",
+    # readers of a fill that failed verification: went on from the refetch / were cut (ADR 0012)
+    "carried_over", "carry_cuts",
     # --shared-store (upstream/shared_tier.py)
     "shared_meta_hits", "shared_fills", "shared_requests", "shared_body_bytes", "shared_uploads",
     "shared_upload_bytes", "shared_meta_uploads", "shared_errors", "shared_corrupt",
+    # negative answers (cache/negatives.py, upstream/service.py)
+    "negative_evictions", "missing_from_file_list",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -76,11 +87,74 @@ GAUGES = (
     ("cache_reserved_bytes", "bytes reserved by fills in progress"),
     ("cache_max_bytes", "--cache-max-bytes (0 = unlimited)"),
     ("shared_uploads_pending", "blobs and metadata documents waiting for, or in, upload to --shared-store"),
+    ("negative_entries", "negative answers (4xx) in the index, at most --max-negative-entries"),
 )
 
 
 def new():
     return [0] * WIDTH
+
+
+class PerThread:
+    """A counter list that any number of threads increment with `c[i] += n`: indexing
+    reads and writes the calling thread's own list (created on its first use), so no
+    thread's read-modify-write can overwrite another's, without a lock per increment.
+    Reading `c[i]` gives only the calling thread's count; totals come from lists(). A
+    thread that ends has its counts folded into one retired list, so short-lived threads
+    (one per admin request) do not pile up lists."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._lock = threading.RLock()
+        self._lists = []
+        self._retired = new()
+
+    def _mine(self):
+        c = new()
+        holder = _Holder(c)
+        f = weakref.finalize(holder, self._retire, c)    # when the thread's locals go
+        f.atexit = False
+        with self._lock:
+            self._lists.append(c)
+        self._local.h = holder
+        return c
+
+    def _retire(self, c):
+        with self._lock:
+            r = self._retired
+            for i, v in enumerate(c):
+                r[i] += v
+            self._lists.remove(c)
+
+    def __getitem__(self, i):
+        try:
+            return self._local.h.c[i]
+        except AttributeError:
+            return self._mine()[i]
+
+    def __setitem__(self, i, v):
+        try:
+            self._local.h.c[i] = v
+        except AttributeError:
+            self._mine()[i] = v
+
+    def __len__(self):
+        return WIDTH
+
+    def lists(self):
+        """Copies of every thread's list and the retired totals, for summed()/merged()."""
+        with self._lock:
+            out = [list(self._retired)]
+            out.extend(list(c) for c in tuple(self._lists))
+        return out
+
+
+class _Holder:
+    """What a thread's local slot holds: its finalizer folds the list when the thread ends."""
+    __slots__ = ("c", "__weakref__")
+
+    def __init__(self, c):
+        self.c = c
 
 
 def summed(lists):
@@ -93,7 +167,9 @@ def summed(lists):
 
 
 def merged(lists):
-    lists = list(lists)
+    """{name: total, "request_seconds": histograms} over counter lists; a PerThread
+    stands for all of its threads' lists."""
+    lists = [x for c in lists for x in (c.lists() if isinstance(c, PerThread) else (c,))]
     d = dict(zip(NAMES, summed(lists)))
     d["request_seconds"] = histograms(lists)
     return d

@@ -5,8 +5,12 @@ span to send. Backends execute plans; they never decide. No I/O, no clock.
 """
 
 from pulsys.http1 import heads as H
-from pulsys.http1.ranges import UNSATISFIABLE, etag_matches, parse_range
+from pulsys.http1.ranges import UNSATISFIABLE, etag_matches, if_range_matches, parse_range
 from pulsys.model.entry import CANNED, FILE
+
+
+RESTART_MESSAGE = ("a copy of this file failed verification while it was being served, so a "
+                   "partial download of it may hold wrong bytes: download it again from the start")
 
 
 class WarmPlan:
@@ -26,6 +30,8 @@ def plan_warm(head, entry, plan):
     ka = head.keep_alive
     is_head = head.method == "HEAD"
     if entry.kind == CANNED:
+        if entry.head_only and not is_head:
+            return False          # a HEAD's answer: the body a GET needs was never seen
         plan.status = entry.status
         plan.head = H.render_canned(entry.status, entry.headers, len(entry.body), ka)
         plan.body = b"" if is_head else entry.body
@@ -38,6 +44,21 @@ def plan_warm(head, entry, plan):
         plan.status, plan.head, plan.count = 304, fh.nm_ka if ka else fh.nm_close, 0
         return True
     r = parse_range(head.range, entry.size) if head.range is not None else None
+    if r is not None and head.if_range is not None and not if_range_matches(head.if_range, entry.etag):
+        r = None    # the client's copy is another representation: send all of this one
+    if entry.restart_resumes and r is not None and r != UNSATISFIABLE and r[0] > 0 \
+            and head.range.rstrip().endswith("-"):
+        # `bytes=N-` is how huggingface_hub, curl -C and wget -c resume; this blob once
+        # streamed bytes that failed verification, so the client's first N bytes may be
+        # wrong: a 200 makes it start over (ADR 0012). Closed ranges (hf_transfer's
+        # chunks, which must never get a 200) are refetched whole by their clients.
+        r = None
+        if head.user_agent is not None and head.user_agent.startswith("Wget/"):
+            # wget -c takes a 200 to a resume as "skip what I have" and keeps its own
+            # first N bytes (seen with wget 1.21.3): only a refusal keeps it honest
+            out = H.error_response(409, RESTART_MESSAGE, ka, is_head)
+            plan.status, plan.head, plan.count = 409, out, 0
+            return True
     if r is None:
         plan.status = 200
         if is_head:

@@ -15,8 +15,9 @@ offset nobody is fetching or about to fetch is also a demand: `on_demand(fill, o
 is called (outside the lock, non-blocking) so the owner can start a fetcher there.
 
 The last byte of the file is never readable before the blob is verified and committed
-(ADR 0004): a client never holds a complete-looking body whose hash was wrong. A failed
-fill has nothing readable, so readers stop short of Content-Length.
+(ADR 0004), and a reader of a range holds back the last byte of its range the same way
+(`wait_end`, ADR 0012): a client never holds a complete-looking body or range whose hash
+was wrong. A failed fill has nothing readable, so readers stop short of Content-Length.
 
 Progress listeners (`add_listener(fn)`) are called as `fn(fill)` after every change,
 outside the lock, and once more when the fill ends; the multi-process parent uses them to
@@ -28,6 +29,8 @@ import threading
 from pulsys.cache import spans as S
 
 RUNNING, DONE, FAILED = 0, 1, 2
+SPREAD = 8 << 20       # = upstream.fill.FIRST_PIECE: the piece a new fetcher starts with
+SPREAD_WAYS = 8        # = upstream.fill.PER_FILL: fetchers of one fill at once
 
 
 class Fill:
@@ -43,7 +46,7 @@ class Fill:
         self.busy = ()
         self.wanted = ()
         self.state = RUNNING
-        self.waiters = []          # (offset, post, fn, arg)
+        self.waiters = []          # (offset, need, post, fn, arg); offset -1: the end
         self.entry = None
         self.error = None
         self.listeners = None
@@ -65,17 +68,47 @@ class Fill:
             end = self.size - 1
         return end - offset
 
-    def wait(self, offset, post, fn, arg):
-        """False: bytes are readable (or the fill ended), send now. True: `post(fn, arg)`
-        will be called once, when they are or the fill ends."""
+    def wait(self, offset, post, fn, arg, need=1):
+        """False: `need` bytes are readable from `offset` (or the fill ended), go on now.
+        True: `post(fn, arg)` will be called once, when they are or the fill ends."""
         with self.lock:
-            if self.state != RUNNING or self.readable(offset) > 0:
+            if self.state != RUNNING or self.readable(offset) >= need:
                 return False
-            self.waiters.append((offset, post, fn, arg))
+            self.waiters.append((offset, need, post, fn, arg))
             ask = self._want(offset)
         if ask and self.on_demand is not None:
             self.on_demand(self, offset)
         return True
+
+    def wait_end(self, post, fn, arg):
+        """Like wait, for a reader whose only byte left is the last of its response: that
+        byte waits for verification (ADR 0012), so wake it when the fill ends."""
+        with self.lock:
+            if self.state != RUNNING:
+                return False
+            self.waiters.append((-1, 0, post, fn, arg))
+            asks = self._spread()
+        if self.on_demand is not None:
+            for offset in asks:
+                self.on_demand(self, offset)
+        return True
+
+    def _spread(self):
+        """Offsets spread over the bytes nobody fetches yet, SPREAD apart at least: a
+        reader waiting for the end waits for the whole blob, so more fetchers should
+        work on it (the owner caps them, upstream.fill.PER_FILL). hf_transfer's first
+        request, `bytes=0-0`, waits like this before it asks for any chunk."""
+        size = self.size
+        step = max(SPREAD, size // SPREAD_WAYS)
+        asks, offset, taken = [], 0, self._taken()
+        while offset < size and len(asks) < SPREAD_WAYS:
+            gap = S.first_gap(taken, offset, size)
+            if gap is None:
+                break
+            if self._want(gap):
+                asks.append(gap)
+            offset = gap + step
+        return asks
 
     def demand(self, offset):
         """A reader elsewhere (a worker process) waits at `offset`."""
@@ -166,7 +199,7 @@ class Fill:
             self.busy = tuple((pos + n, e) if e == end else (p, e) for p, e in self.busy)
             complete = spans == ((0, self.size),) and before != spans
             ws = self._wake_readable() if self.waiters else ()
-        for _, post, fn, arg in ws:
+        for _, _, post, fn, arg in ws:
             post(fn, arg)
         if self.listeners:
             self._tell()
@@ -175,7 +208,7 @@ class Fill:
     def _wake_readable(self):
         ready, keep = [], []
         for w in self.waiters:
-            (ready if self.readable(w[0]) > 0 else keep).append(w)
+            (ready if w[0] >= 0 and self.readable(w[0]) >= w[1] else keep).append(w)
         self.waiters = keep
         return ready
 
@@ -194,7 +227,7 @@ class Fill:
             if self.wanted:
                 self.wanted = tuple(w for w in self.wanted if not self._coming(w))
             ws = self._wake_readable() if self.waiters else ()
-        for _, post, fn, arg in ws:
+        for _, _, post, fn, arg in ws:
             post(fn, arg)
 
     # -- end -----------------------------------------------------------------------------
@@ -222,7 +255,7 @@ class Fill:
             self.state = state
             self.busy = self.wanted = ()
             ws, self.waiters = self.waiters, []
-        for _, post, fn, arg in ws:
+        for _, _, post, fn, arg in ws:
             post(fn, arg)
         if self.listeners:
             self._tell()
@@ -250,6 +283,14 @@ class Inflight:
             f = Fill(blob_id, size, part_path_factory())
             self._fills[blob_id] = f
             return f, True
+
+    def replace(self, blob_id, size, part_path_factory):
+        """A new Fill for `blob_id` in place of the running one (a refetch, registered
+        before the failed fill ends, so that its readers find it). The caller runs it."""
+        with self._lock:
+            f = Fill(blob_id, size, part_path_factory())
+            self._fills[blob_id] = f
+            return f
 
     def get(self, blob_id):
         f = self._fills.get(blob_id)

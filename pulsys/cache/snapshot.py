@@ -54,7 +54,7 @@ def write(store, index, served_wall, ttl, now_mono, now_wall):
             fetched, immutable = now_wall - (now_mono - (e.expires - ttl)), False
         rows.append([e.kind, e.key, e.size, e.etag, e.commit, e.lfs, e.blob_id, e.content_type,
                      e.content_disposition, e.status, [list(h) for h in e.headers],
-                     e.body.decode("latin-1"), fetched, immutable])
+                     e.body.decode("latin-1"), fetched, immutable, e.head_only])
     revs = [[k, r.commit, r.fetched_at] for k, r in list(index.revs.items())]
     doc = {"format": FORMAT, "written": now_wall, "meta": meta_signature(store.meta),
            "entries": rows, "revs": revs, "served": served_wall}

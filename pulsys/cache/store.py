@@ -6,6 +6,7 @@ a reactor thread (it fsyncs).
     <cache-dir>/v1/tmp/<random>.part         fills in progress (removed at startup)
     <cache-dir>/v1/meta/<aa>/<digest>.json   one Entry or revision mapping per file
     <cache-dir>/v1/index-snapshot.json       all of meta/ in one file (cache/snapshot.py)
+    <cache-dir>/v1/suspect/<algo>-<hex>      blobs that once streamed unverified bytes (ADR 0012)
     <cache-dir>/v1/lock                      flock: servers shared, `pulsys verify` exclusive
 
 A blob is written under tmp/, fsynced, verified by the caller, then renamed into
@@ -52,8 +53,13 @@ class Store:
         self.blobs = os.path.join(self.root, "blobs")
         self.tmp = os.path.join(self.root, "tmp")
         self.meta = os.path.join(self.root, "meta")
-        for d in (self.blobs, self.tmp, self.meta):
+        self.suspect_dir = os.path.join(self.root, "suspect")
+        for d in (self.blobs, self.tmp, self.meta, self.suspect_dir):
             os.makedirs(d, exist_ok=True)
+        # blob ids whose fill failed verification after bytes were readable: entries of
+        # them answer open-ended resumes with the whole body (ADR 0012). Replaced whole.
+        self.suspects = frozenset(n.replace("-", "/", 1) for n in os.listdir(self.suspect_dir)
+                                  if not n.startswith("."))
         self.small_max = small_max
         self.small_left = small_budget
         self._small = {}
@@ -120,8 +126,25 @@ class Store:
             return False
         return size is None or st.st_size == size
 
-    def new_part_path(self):
-        return os.path.join(self.tmp, secrets.token_hex(12) + ".part")
+    def add_suspect(self, blob_id):
+        """Remember for good that `blob_id` streamed bytes that failed verification."""
+        if blob_id in self.suspects:
+            return
+        self.suspects = self.suspects | {blob_id}
+        path = os.path.join(self.suspect_dir, blob_id.replace("/", "-", 1))
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            _fsync_dir(self.suspect_dir)
+        except OSError as e:
+            self.log.warning("suspect blob not persisted", blob=blob_id, error=str(e))
+
+    def new_part_path(self, blob_id=None):
+        """tmp/<algo>-<hex>.<random>.part: named after its blob, so that the part file a
+        crash left behind tells the next start which blob streamed unverified bytes."""
+        name = secrets.token_hex(12) + ".part"
+        if blob_id:
+            name = blob_id.replace("/", "-", 1) + "." + name
+        return os.path.join(self.tmp, name)
 
     def commit_blob(self, part_path, blob_id):
         """fsync the part file, rename it to its blob path, fsync the directory."""
@@ -180,9 +203,24 @@ class Store:
             pass
 
     def clean_tmp(self):
+        """Remove what fills left under tmp/ (at start, before load). A part file with
+        bytes in it belonged to a fill a crash interrupted: readers may have received
+        some of its bytes unverified, so its blob becomes suspect (ADR 0012)."""
         n = 0
         for name in os.listdir(self.tmp):
-            self.discard(os.path.join(self.tmp, name))
+            path = os.path.join(self.tmp, name)
+            blob_id = name.split(".", 1)[0].replace("-", "/", 1) if name.endswith(".part") else ""
+            if "/" in blob_id:
+                try:
+                    streamed = os.path.getsize(path) > 0 and not os.path.samefile(
+                        path, self.blob_path(blob_id))
+                except FileNotFoundError:
+                    streamed = True       # no such blob: the part file was not a link to it
+                except OSError:
+                    streamed = False
+                if streamed:
+                    self.add_suspect(blob_id)
+            self.discard(path)
             n += 1
         return n
 
@@ -295,6 +333,7 @@ class Store:
                     if expires and expires <= 0:
                         expires = 1e-9  # stale but kept for offline fallback
                     e = self.attach_small_body(Entry.from_json(ed, blob_path, expires))
+                    e.restart_resumes = e.blob_id in self.suspects
                     index.publish(e)
                     n_entries += 1
                 except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -308,13 +347,15 @@ class Store:
         bad_blobs = 0
         for r in doc["entries"]:
             kind, key, size, etag, commit, lfs, blob_id, ctype, cdisp, status, headers, body, \
-                fetched, immutable = r
+                fetched, immutable = r[:14]
             blob_path, bad_blobs = self._blob_for(blob_id, size, key, bad_blobs)
             expires = 0.0 if immutable else now_mono + ttl - (now_wall - fetched)
             if expires and expires <= 0:
                 expires = 1e-9
             e = Entry(kind, key, size, etag, commit, lfs, blob_id, blob_path, ctype, cdisp, status,
                       tuple(map(tuple, headers)) if headers else (), body.encode("latin-1"), expires)
+            e.restart_resumes = blob_id in self.suspects
+            e.head_only = len(r) > 14 and bool(r[14])     # rows written before it have 14 fields
             index.publish(self.attach_small_body(e))
         for key, commit, fetched in doc["revs"]:
             if not is_commit(commit):

@@ -21,6 +21,7 @@ REASONS = {
     500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway",
     503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported",
     507: "Insufficient Storage",
+    599: "Upstream Unavailable",     # pulsys's own (upstream/negative.py DOWN_STATUS)
 }
 
 CONN_KA = b"Connection: keep-alive\r\n\r\n"

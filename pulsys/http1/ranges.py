@@ -13,7 +13,8 @@ Policy (docs/security.md, "Ranges"):
     `Content-Range: bytes */SIZE` (§15.5.17 allows 416 for invalid ranges; a 200 would
     corrupt a client that writes the body at the offset it asked for, as hf_transfer
     does, hf-protocol.md §6);
-  * a last-pos past the end is clamped; a suffix longer than the body is the whole body.
+  * a last-pos past the end is clamped; a suffix longer than the body is the whole body;
+  * an If-Range that is not our strong ETag: the Range is ignored (if_range_matches).
 Digit strings longer than 19 characters are never converted (int() of a 5,000-digit
 string raises ValueError in CPython ≥ 3.11 and costs quadratic time before that): a
 first-pos that long is past any real size, a last-pos that long is clamped.
@@ -57,6 +58,14 @@ def parse_range(value, size):
 def _digits(s):
     """"" or ASCII digits only (str.isdigit also accepts "²" and Arabic-Indic digits)."""
     return s == "" or (s.isascii() and s.isdigit())
+
+
+def if_range_matches(if_range, etag_value):
+    """If-Range (RFC 9110 §13.1.5) against our bare etag: true only for that strong tag,
+    quoted. The comparison is strong, so a weak tag (W/"...") never matches; an HTTP-date
+    never does either, because pulsys sends no Last-Modified and §13.1.5 lets a date
+    match only a Last-Modified the client was given. Not matching: ignore the Range."""
+    return if_range == '"%s"' % etag_value
 
 
 def etag_matches(if_none_match, etag_value):

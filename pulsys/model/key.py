@@ -39,3 +39,13 @@ def target_key(t, rev=None):
 
 def rev_key(rtype, repo, rev):
     return cache_key(REV, rtype, repo, rev)
+
+
+def split_key(key):
+    """The fields of a cache_key, unescaped: (kind, rtype, repo, rev, path, extra), or
+    None when `key` is not one."""
+    parts = key.split("|")
+    if len(parts) != 6 or not parts[0].isdigit():
+        return None
+    fields = [p.replace("%7C", "|").replace("%25", "%") if "%" in p else p for p in parts[1:]]
+    return (int(parts[0]),) + tuple(fields)

@@ -17,6 +17,8 @@ class RequestHead:
         "host",            # Host header value or ""
         "range",           # Range header value or None
         "if_none_match",   # If-None-Match header value or None
+        "if_range",        # If-Range header value or None
+        "user_agent",      # User-Agent header value (the first one) or None
         "authorization",   # Authorization header value or None
         "content_length",  # int; 0 when absent
         "content_type",    # Content-Type header value or None
@@ -33,6 +35,8 @@ class RequestHead:
         self.host = ""
         self.range = None
         self.if_none_match = None
+        self.if_range = None
+        self.user_agent = None
         self.authorization = None
         self.content_length = 0
         self.content_type = None

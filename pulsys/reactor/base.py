@@ -18,7 +18,7 @@ from pulsys import metrics as M
 from pulsys.auth.gate import refusal
 from pulsys.cache.downloads import ONE
 from pulsys.cache.inflight import DONE, FAILED
-from pulsys.errors import ProtocolError
+from pulsys.errors import ProtocolError, Refetching
 from pulsys.http1.heads import error_response, prepare, render_canned
 from pulsys.log import get_logger
 from pulsys.http1.parse import parse_request_head
@@ -42,6 +42,11 @@ BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
 # response holds the loop until done (nginx caps the same way: sendfile_max_chunk, 2m
 # by default since 1.21.4).
 SEND_TURN = 2 << 20
+# A reader of a fill that failed verification is carried over to the refetch when it has
+# sent at most this many body bytes: those are compared with the refetched ones before it
+# goes on (ADR 0012), on the reactor, 1 MiB per loop turn. hf_transfer's chunks are 10 MiB.
+CARRY_MAX = 64 << 20
+CHECK_TURN = 1 << 20
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 _LOCAL = {
@@ -219,7 +224,13 @@ class ReactorBase:
                 return
             c[M.CACHE_MISSES] += 1
         elif kind == T.REJECT:
-            close = t.status == 400
+            # A refusal of the request itself (400 bad target, 501 unknown method) ends the
+            # connection, as the parser's refusals do: bytes after a request pulsys did not
+            # take are not trusted to start the next one (docs/security.md, "Request
+            # rejection and Host"). A 404 or 405 answers a well-formed request whose body,
+            # if any, has been read above (Content-Length only; the parser refuses
+            # Transfer-Encoding), so the next request starts where this one ended.
+            close = t.status != 404 and t.status != 405
             self._respond(conn, head, t.status,
                           error_response(t.status, t.message, head.keep_alive and not close,
                                          head.method == "HEAD", t.allow), close)
@@ -282,6 +293,13 @@ class ReactorBase:
         conn.file_off = plan.offset
         if not conn.file_left:
             return
+        why = self._open_body(conn, entry, fill)
+        if why is not None:
+            self._respond(conn, conn.head, 503, error_response(503, why), True)
+
+    def _open_body(self, conn, entry, fill):
+        """Open what the body is sent from: the fill's part file (or the blob it has just
+        become), else the blob. -> None, or why neither can be opened."""
         if fill is not None and fill.state == DONE:
             entry, fill = fill.entry, None
         if fill is not None:
@@ -296,16 +314,57 @@ class ReactorBase:
                     continue
                 conn.file_path = None
                 conn.fill = fill
-                return
+                return None
             if fill.state != DONE:
-                self._respond(conn, conn.head, 503, error_response(503, "fill failed; retry"), True)
-                return
+                return "fill failed; retry"
             entry = fill.entry
         try:
             conn.file_fd = self.fdcache.acquire(entry.blob_path)
             conn.file_path = entry.blob_path
         except OSError:
-            self._respond(conn, conn.head, 503, error_response(503, "cached body vanished; retry"), True)
+            return "cached body vanished; retry"
+        return None
+
+    def _rejoin(self, conn):
+        """The fill this connection streams from failed verification. Instead of cutting
+        the client, go on from the refetch (ADR 0012): the head it holds is the refetched
+        blob's head too, and the body bytes it already has are compared with the
+        refetched ones first (`check`), so it continues only if it got none of the wrong
+        bytes. hf_transfer gives up when more than 3 chunks fail at once, and every chunk
+        in flight is a reader of the failed fill. Once per request (outcome "refetch");
+        the body then comes from whatever answers the request now: the refetch, or the
+        blob it committed."""
+        blob_id = conn.fill.blob_id
+        first, check = conn.plan.offset, None
+        if conn.file_off > first:
+            check = (conn.file_fd, first, conn.file_off)   # the failed fill's part file
+            conn.file_fd = -1
+        self._release_file(conn)
+        conn.check = check
+        conn.state = WAIT_JOB
+        conn.outcome = "refetch"
+        conn.gen += 1
+        gen, head = conn.gen, conn.head
+        post, on_rejoin = self.mailbox.post, self._on_rejoin
+
+        def reply(r):
+            post(on_rejoin, (conn, gen, r, blob_id))
+        self.submit(Job(route(head), "GET", head.host, b"", None, reply))
+        return WAITING
+
+    def _on_rejoin(self, arg):
+        conn, gen, r, blob_id = arg
+        if conn.gen != gen or conn.state != WAIT_JOB:
+            return
+        try:
+            e = r.entry
+            if e.kind != FILE or e.blob_id != blob_id or self._open_body(conn, e, r.fill) is not None:
+                self.close(conn)          # the head is out: nothing else can be said now
+                return
+            conn.state = SEND
+            self.advance(conn)
+        except Exception:
+            self.internal_error(conn)
 
     def _on_fill_progress(self, arg):
         conn, gen = arg
@@ -357,6 +416,10 @@ class ReactorBase:
                     self.counters[M.FUSED_HEAD_BODY] += 1
             send_body = self.send_body
             turn = 0
+            if conn.check is not None:
+                r = self._check_sent(conn)
+                if r is not None:
+                    return r
             while conn.file_left > 0:
                 if turn >= SEND_TURN:
                     return BLOCKED   # writable again at once: other connections go first
@@ -364,8 +427,21 @@ class ReactorBase:
                 fill = conn.fill
                 if fill is not None:
                     avail = fill.readable(conn.file_off)
+                    if avail >= conn.file_left and fill.state != DONE:
+                        # the last byte of every response from a fill waits for the
+                        # blob's verification, ranges included (ADR 0012)
+                        avail = conn.file_left - 1
+                        if avail <= 0:
+                            if fill.wait_end(self.mailbox.post, self._on_fill_progress,
+                                             (conn, conn.gen)):
+                                conn.state = WAIT_FILL
+                                return WAITING
+                            continue
                     if avail <= 0:
                         if fill.state == FAILED:
+                            if isinstance(fill.error, Refetching) and conn.outcome != "refetch" \
+                                    and conn.file_off - conn.plan.offset <= CARRY_MAX:
+                                return self._rejoin(conn)
                             return ABORT
                         if fill.wait(conn.file_off, self.mailbox.post, self._on_fill_progress,
                                      (conn, conn.gen)):
@@ -390,7 +466,35 @@ class ReactorBase:
         conn.last_active = self.now
         return DONE_SEND
 
+    def _check_sent(self, conn):
+        """Compare the body bytes sent from a failed fill, [a, x), with the same bytes of
+        what answers now, once they are on disk. -> None (equal: go on sending), ABORT
+        (the client got a wrong byte: cut it), WAITING or BLOCKED (later)."""
+        old_fd, a, x = conn.check
+        fill = conn.fill
+        if fill is not None and fill.readable(a) < x - a:
+            if fill.state == FAILED:
+                return ABORT
+            if fill.wait(a, self.mailbox.post, self._on_fill_progress, (conn, conn.gen), x - a):
+                conn.state = WAIT_FILL
+                return WAITING
+            return BLOCKED          # readable meanwhile: next turn
+        n = min(CHECK_TURN, x - a)
+        if os.pread(old_fd, n, a) != os.pread(conn.file_fd, n, a):
+            self.counters[M.CARRY_CUTS] += 1
+            return ABORT
+        if a + n < x:
+            conn.check = (old_fd, a + n, x)
+            return BLOCKED          # one MiB per turn: the other connections go first
+        os.close(old_fd)
+        conn.check = None
+        self.counters[M.CARRIED_OVER] += 1
+        return None
+
     def _release_file(self, conn):
+        if conn.check is not None:
+            os.close(conn.check[0])
+            conn.check = None
         if conn.file_fd >= 0:
             if conn.file_path is not None:
                 self.fdcache.release(conn.file_path, conn.file_fd)

@@ -14,6 +14,7 @@ class Conn:
         "fill", "close_after", "t0", "outcome", "status", "sent", "last_active", "target_text",
         "peer",        # key counted by --max-connections-per-ip, or None
         "hbase",       # latency histogram of this request (metrics.H_WARM/H_COLD/H_API), or -1
+        "check",       # (fd, from, to): sent bytes of a failed fill to compare with the refetch
         # io_uring backend only: operations in flight and the buffers they own
         "inflight", "recv_pending", "recv_ibuf", "ibuf", "sending", "send_buf", "poll_pending",
     )
@@ -46,6 +47,7 @@ class Conn:
         self.target_text = ""
         self.peer = None
         self.hbase = -1
+        self.check = None
         self.inflight = 0
         self.recv_pending = False
         self.recv_ibuf = False

@@ -124,6 +124,9 @@ class FakeHub:
         self.host, self.cdn_host, self.port, self.cdn_port = host, cdn_host, port, cdn_port
         self.tree_page_size = tree_page_size
         self.xet = bool(xet)
+        # regular files: 307 to /api/resolve-cache/... (True), or 200 with the body at
+        # /resolve itself (False); the Hub does both (hf-protocol.md §4.1)
+        self.regular_redirect = True
         self.token = token
         self.cdn_url_ttl = cdn_url_ttl  # may be changed at any time; applies to URLs signed afterwards
         self.record_requests = record_requests

@@ -151,6 +151,8 @@ class HubHandler(FakeHandler):
             self.error(404, "EntryNotFound", "Entry not found", [("X-Repo-Commit", commit.sha)])
         elif blob.lfs:
             self.redirect_to_cdn(repo, commit, path, blob)
+        elif not self.hub.regular_redirect:
+            self.send_regular(commit, path, blob)   # the Hub may answer at /resolve itself (§4.1)
         else:
             original = "%s%s/resolve/%s/%s" % (before, repo.id, rev, path)
             location = "/api/resolve-cache/%ss/%s/%s/%s?%s=&etag=%%22%s%%22" % (
@@ -202,6 +204,10 @@ class HubHandler(FakeHandler):
         if blob is None:
             self.error(404, "EntryNotFound", "Entry not found", [("X-Repo-Commit", commit.sha)])
             return
+        self.send_regular(commit, path, blob)
+
+    def send_regular(self, commit, path, blob):
+        """A regular file's body with its metadata (200, 206, 304 or 416)."""
         text_type = _text_type(path)
         headers = [
             ("Content-Type", "%s; charset=utf-8" % text_type if text_type else "application/octet-stream"),

@@ -32,7 +32,7 @@ import urllib3
 
 from pulsys import metrics as M
 from pulsys.cache.inflight import RUNNING
-from pulsys.errors import CacheCorrupt, UpstreamError
+from pulsys.errors import CacheCorrupt, Refetching, UpstreamError
 from pulsys.upstream.ranged import Forbidden, Transient, open_range
 from pulsys.upstream.digest import Hasher
 
@@ -84,6 +84,7 @@ class FillRun:
         self.hasher = Hasher(entry.blob_id, entry.size, self.fd)
         self.lock = threading.Lock()
         self.fetchers = 1         # the first one, run() on the creating thread
+        self.next_fill = None     # after a digest mismatch: the refetch's Fill
         self.ended = False
         # the first piece is claimed before any reader hears of the fill, so readers of
         # its first bytes see them coming instead of asking for a fetcher of their own
@@ -246,7 +247,7 @@ class FillRun:
         if last:
             os.close(self.fd)
         if isinstance(failure, CacheCorrupt) and self.attempt == 1:
-            self.up.refetch(self.entry, self.url, self.renew)
+            self.up.refetch(self.entry, self.url, self.renew, self.next_fill)
 
     # -- end -------------------------------------------------------------------------------
 
@@ -281,6 +282,14 @@ class FillRun:
         up.c[M.FILLS_FAILED] += 1
         if isinstance(error, CacheCorrupt):
             up.c[M.INTEGRITY_FAILURES] += 1
+            if fill.spans and hasattr(up, "mark_suspect"):
+                # bytes were readable, so readers may hold some of the wrong ones: flag
+                # the blob before its readers are cut short (ADR 0012)
+                self.entry = up.mark_suspect(self.entry)
+            if self.attempt == 1:
+                self.next_fill = up.prepare_refetch(self.entry)
+                if self.next_fill is not None:    # readers go on from it (ADR 0012)
+                    error = Refetching(str(error))
         up.log.warning("fill failed", blob=self.entry.blob_id, attempt=self.attempt, error=_why(error))
         fill.fail(error)
         up.store.discard(fill.part_path)

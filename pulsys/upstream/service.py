@@ -21,6 +21,8 @@ import urllib.parse
 import requests
 
 from pulsys import metrics as M
+from pulsys.cache.filesets import FileSets
+from pulsys.cache.negatives import Negatives, is_negative
 from pulsys.errors import UpstreamError, UpstreamRefused
 from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
@@ -29,6 +31,7 @@ from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.job import Reply
 from pulsys.model.key import cache_key, rev_key, target_key
 from pulsys.upstream import headers as UH
+from pulsys.upstream import negative as NEG
 from pulsys.upstream.guard import host_allowed
 from pulsys.upstream.fill import Budget, FillRun
 from pulsys.upstream.flights import Flights
@@ -84,6 +87,16 @@ class Upstream:
         self.clock = clock
         self.wall = wall
         self.log = get_logger("upstream")
+        # what the cache knows is absent: commits' complete file lists (rebuilt from the
+        # cached API documents), and the LRU bound on negative entries (applied to what
+        # was loaded, before any worker loads meta/)
+        self.files = FileSets()
+        self.files.learn_all(index)
+        self.negatives = Negatives(config.max_negative_entries)
+        victims = []
+        for e in list(index.entries.values()):
+            victims.extend(self.negatives.note(e))
+        self._drop_negatives(victims)
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -118,6 +131,10 @@ class Upstream:
                 flight.set()     # waiting duplicates can answer from the index now
 
     def _publish_entry(self, entry):
+        if not self.negatives.cap and is_negative(entry):
+            return                  # --max-negative-entries 0: negative answers are not kept
+        if entry.blob_id and entry.blob_id in self.store.suspects:
+            entry.restart_resumes = True   # not yet published, or a flag only ever set
         space = self.space
         pinned = entry.blob_path is not None and space is not None
         if pinned and not space.pin(entry.blob_id):
@@ -134,6 +151,24 @@ class Upstream:
             self.log.warning("metadata not persisted", key=entry.key, error=str(e))
         if self.shared is not None:
             self.shared.entry_saved(entry, wall, immutable)
+        self.bound_negatives(entry)
+
+    def bound_negatives(self, entry):
+        """`entry` is in the index now: keep the negative ones within --max-negative-entries."""
+        victims = self.negatives.note(entry)
+        if victims:
+            self._drop_negatives(victims)
+
+    def _drop_negatives(self, keys):
+        """Remove evicted negative entries from the index (the workers' replicas too, via
+        ipc.ReplicatingIndex.remove) and their files from meta/."""
+        for key in keys:
+            e = self.index.get(key)
+            if e is None or not is_negative(e):
+                continue          # purged meanwhile, or a positive answer took the key
+            self.index.remove(key)
+            self.store.remove_meta(key)
+            self.c[M.NEGATIVE_EVICTIONS] += 1
 
     space = None    # cache.space.Space (app sets it): quota, eviction, pins
     shared = None   # upstream.shared_tier.SharedTier (app sets it with --shared-store)
@@ -161,19 +196,58 @@ class Upstream:
             raise UpstreamError("upstream response larger than %d bytes" % limit)
         return data
 
-    def _unavailable(self, job, stale, why):
-        """Upstream failed: serve a stale copy if there is one, else an error."""
-        if stale is not None:
-            self.c[M.STALE_SERVED] += 1
-            return job.reply(Reply(stale, None, "stale"))
+    def _unavailable(self, job, why):
+        """Upstream failed (`why`: how) or is not asked (--offline, why None): answer what
+        the cache can answer truthfully (a stale copy, a file a commit's list lacks), else
+        at once with a status clients do not retry (upstream/negative.py DOWN_STATUS)."""
+        t = job.target
+        if t.kind == T.RESOLVE:
+            r = self._stale_reply(job)
+            if r is not None:
+                self.c[M.STALE_SERVED] += 1
+                return job.reply(r)
+            missing = self._missing_from_list(t, stale=True)
+            if missing is not None:
+                return job.reply(Reply(missing, None, "file-list"))
         if why is None:
             self.c[M.OFFLINE_REFUSALS] += 1
             return job.reply(Reply(_canned_error(
                 504, "pulsys is offline and has no cached copy of %s" % job.target.upstream_path),
                 None, "offline"))
         self.c[M.UPSTREAM_ERRORS] += 1
-        return job.reply(Reply(_canned_error(502, "upstream %s unavailable: %s" % (self.netloc, why)),
-                               None, "error"))
+        return job.reply(Reply(NEG.upstream_down(self.netloc, why), None, "error"))
+
+    def _stale_reply(self, job):
+        """A Reply from a cached copy of a /resolve target, however old, that can answer
+        `job`; None when there is none (a HEAD's 4xx has no body for a GET; a file's
+        metadata without its blob has none either, unless a fill is running)."""
+        e = self.index.lookup_stale(job.target)
+        if e is None:
+            return None
+        if job.method != "HEAD":
+            if e.kind == CANNED and e.head_only:
+                return None
+            if e.kind == FILE and e.blob_path is None:
+                fill = self.inflight.get(e.blob_id) if e.blob_id else None
+                return Reply(e, fill, "stale") if fill is not None else None
+        return Reply(e, None, "stale")
+
+    def _missing_from_list(self, t, stale):
+        """The Hub's 404 EntryNotFound for `t` when the complete file list of its commit
+        (a commit, or the commit its branch or tag maps to: fresh, or any age when
+        `stale`) lacks t.path; published at that commit, forever. Else None."""
+        commit = t.rev
+        if not T.is_commit(commit):
+            r = self.index.rev(t.rtype, t.repo, commit)
+            if r is None or not (stale or r.expires > self.clock()):
+                return None
+            commit = r.commit
+        if not self.files.missing(t.rtype, t.repo, commit, t.path):
+            return None
+        self.c[M.MISSING_FROM_FILE_LIST] += 1
+        entry = NEG.entry_not_found(target_key(t, commit), commit)
+        self._publish(entry)
+        return entry
 
     # -- entry point --------------------------------------------------------------
 
@@ -189,8 +263,7 @@ class Upstream:
         except UpstreamRefused as e:     # the SSRF guard said no (counted where it refused)
             job.reply(Reply(_canned_error(502, str(e)), None, "error"))
         except (requests.RequestException, UpstreamError, OSError) as e:
-            stale = self.index.lookup_stale(job.target) if kind == T.RESOLVE else None
-            self._unavailable(job, stale, type(e).__name__)
+            self._unavailable(job, type(e).__name__)
 
     # -- /resolve -----------------------------------------------------------------
 
@@ -201,7 +274,9 @@ class Upstream:
         asking for a cold regular file at once each got its body from the Hub, which
         sends it with the metadata."""
         t = job.target
-        key = (t.upstream_path, t.query, job.method == "HEAD")
+        # not the query: the cache key ignores it, and the Hub's resolve-cache Locations
+        # differ in it per revision asked (0.36.2 drops it): one question, one body
+        key = (t.upstream_path, job.method == "HEAD")
         flight, leader = self.flights.join(key)
         if not leader:
             flight.wait(self.timeout[1])
@@ -216,24 +291,37 @@ class Upstream:
     def _resolve(self, job):
         t = job.target
         e = self.index.lookup(t, self.clock())
-        if e is not None and (job.method == "HEAD" or e.kind == CANNED or e.blob_path):
+        if e is not None and (job.method == "HEAD" or e.blob_path or e.kind == CANNED and not e.head_only):
+            if e.kind == CANNED:
+                self.bound_negatives(e)     # used: the newest of the negative entries again
             return job.reply(Reply(e, None, "hit"))
         if e is not None and e.blob_id:
             fill = self.inflight.get(e.blob_id)
             if fill is not None:   # fresh metadata and a running fill: no need to ask upstream
                 return job.reply(Reply(e, fill, "fill-join"))
+        if e is None or e.kind == CANNED:    # nothing fresh, or a HEAD's 4xx and this is a GET
+            missing = self._missing_from_list(t, stale=False)
+            if missing is not None:
+                return job.reply(Reply(missing, None, "file-list"))
         if self.shared is not None and self.shared.answer(self, job, t, e):
             return None      # the fleet's bucket had it: metadata, blob, or both
         if self.offline:
-            return self._unavailable(job, self.index.lookup_stale(t), None)
+            return self._unavailable(job, None)
         url = self.base + t.upstream_path
         if t.query and t.upstream_path.startswith("/api/resolve-cache/"):
             url += "?" + t.query
         try:
-            resp = self._request("HEAD" if job.method == "HEAD" else "GET", url)
+            resp = self._request(self._method_for(job, t), url)
         except requests.RequestException as exc:
-            return self._unavailable(job, self.index.lookup_stale(t), type(exc).__name__)
+            return self._unavailable(job, type(exc).__name__)
         st, h = resp.status_code, resp.headers
+        if job.method == "GET" and resp.request.method == "HEAD" and not self._known_blob(st, h):
+            resp.close()           # the content changed: its body is needed after all
+            try:
+                resp = self._request("GET", url)
+            except requests.RequestException as exc:
+                return self._unavailable(job, type(exc).__name__)
+            st, h = resp.status_code, resp.headers
         commit = h.get("X-Repo-Commit", "")
         if T.is_commit(commit):
             self._set_rev(t.rtype, t.repo, t.rev, commit)
@@ -256,17 +344,48 @@ class Upstream:
             return self._file(job, t, h, st, None, body_url, url)
         if st == 200:
             return self._file(job, t, h, st, resp, url)
-        body = self._read_limited(resp, MAX_ERROR_BODY) if job.method != "HEAD" else b""
+        if job.method == "HEAD":
+            resp.close()
+            body = b""
+        else:
+            body = self._read_limited(resp, MAX_ERROR_BODY)
         if st >= 500 or st == 429:
-            stale = self.index.lookup_stale(t)
-            if stale is not None:
+            r = self._stale_reply(job)
+            if r is not None:
                 self.c[M.STALE_SERVED] += 1
-                return job.reply(Reply(stale, None, "stale"))
+                return job.reply(r)
+            if st >= 500:     # passed on, it would be retried by every client for ~23 s
+                return self._unavailable(job, "it answered %d" % st)
         entry = Entry(CANNED, target_key(t), status=st, headers=UH.client_headers(h, self.base),
                       body=body, expires=self._expires(T.is_commit(t.rev)))
-        if 400 <= st < 500 and st != 429 and job.method != "HEAD":
-            self._publish(entry)   # negative answers are cached like any other (TTL or commit)
+        if 400 <= st < 500 and st != 429:
+            # negative answers are cached like any other (TTL or commit). A HEAD's has no
+            # body: it answers HEADs only, and a GET asks upstream once and replaces it
+            # with the Hub's whole answer. Making up a body instead would put words in the
+            # Hub's mouth (its error bodies are not derived from the headers by contract).
+            entry.head_only = job.method == "HEAD"
+            self._publish(entry)
         return job.reply(Reply(entry, None, "passthrough"))
+
+    def _method_for(self, job, t):
+        """HEAD for a GET that revalidates a regular file whose blob is on disk: the Hub
+        answers a GET of a regular file with its body, so a GET after --revision-ttl
+        would download bytes the cache holds. The HEAD's ETag tells; GET only if the
+        content changed."""
+        if job.method == "HEAD":
+            return "HEAD"
+        old = self.index.lookup_stale(t)
+        if old is not None and old.kind == FILE and not old.lfs and old.blob_path is not None:
+            return "HEAD"
+        return "GET"
+
+    def _known_blob(self, st, h):
+        """A HEAD's answer needs no GET after it: a redirect (no body), a 5xx or 429 (the
+        stale copy answers), or a 200 for a blob on disk. A 4xx needs the Hub's body."""
+        if st != 200:
+            return 300 <= st < 400 or st >= 500 or st == 429
+        etag = UH.bare_etag(h.get("X-Linked-Etag") or h.get("ETag") or "")
+        return bool(etag) and self.store.has_blob(blob_id_for(etag))
 
     def _file(self, job, t, h, st, resp, body_url, resolve_url=None):
         etag = UH.bare_etag(h.get("X-Linked-Etag") or h.get("ETag") or "")
@@ -287,6 +406,7 @@ class Upstream:
         entry = Entry(FILE, target_key(t, commit) if commit else target_key(t), size, etag, commit,
                       lfs, blob_id, None, ctype, h.get("Content-Disposition", "") if st == 200 else "",
                       expires=self._expires(bool(commit)))
+        entry.restart_resumes = blob_id in self.store.suspects
         prepare(entry)
         if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
             if resp is not None:
@@ -332,19 +452,36 @@ class Upstream:
         renew = functools.partial(self.renew_body_url, resolve_url, entry) if resolve_url else None
         self._run_fill(job, entry, fill, resp, body_url, renew)
 
+    def mark_suspect(self, entry):
+        """A fill of entry's blob failed verification after its bytes were readable, so a
+        reader may hold a wrong prefix. From now on every entry of that blob answers an
+        open-ended resume (`bytes=N-`) with the whole body (ADR 0012). Runs before the
+        fill is failed, so a client cut short finds the flag when it resumes. Returns the
+        flagged copy of `entry`."""
+        blob_id = entry.blob_id
+        self.store.add_suspect(blob_id)
+        for e in [e for e in list(self.index.entries.values()) if e.blob_id == blob_id]:
+            if not e.restart_resumes:
+                flagged = e.with_expiry(e.expires)
+                self._publish_entry(flagged)
+        flagged = entry.with_expiry(entry.expires)
+        flagged.restart_resumes = True
+        return flagged
+
     def _cannot_store(self, job, blob_id, e):
         self.log.warning("fill not started", blob=blob_id, error=str(e))
         return job.reply(Reply(_canned_error(503, "cache cannot store %s: %s" % (
             blob_id, e.strerror or e)), None, "error"))
 
-    def new_part(self, blob_id=None, size=None):
+    def new_part(self, blob_id=None, size=None, link=True):
         """A new part file for a Fill, created before the Fill is registered: a reader that
         joins the fill at once finds the file and waits there for bytes (it used to find no
         file and answer 503 when the first fetcher had not opened it yet). Empty; or, when
         blob_id names a blob already in blobs/, a hard link to it, which the caller must
-        find with _is_blob and never hand to a FillRun (that truncates its part file)."""
-        path = self.store.new_part_path()
-        if blob_id is not None and self.store.has_blob(blob_id, size):
+        find with _is_blob and never hand to a FillRun (that truncates its part file);
+        link=False never links (callers that hand the file to a FillRun at once)."""
+        path = self.store.new_part_path(blob_id)
+        if link and blob_id is not None and self.store.has_blob(blob_id, size):
             try:
                 os.link(self.store.blob_path(blob_id), path)
                 return path
@@ -396,20 +533,27 @@ class Upstream:
     no_room = _no_room
     cannot_store = _cannot_store
 
-    def refetch(self, entry, url, renew):
-        """The blob failed verification: fetch it once more from scratch (FillRun calls this
-        on the thread that found the mismatch, after the failed fill was discarded)."""
+    def prepare_refetch(self, entry):
+        """The blob failed verification (FillRun calls this before it fails the fill):
+        register the Fill that fetches it once more from scratch, so that the failed
+        fill's readers find it (ADR 0012). -> the Fill for refetch(), or None."""
         try:
-            fill, created = self.inflight.join_or_create(entry.blob_id, entry.size, self.new_part)
+            fill = self.inflight.replace(
+                entry.blob_id, entry.size, functools.partial(self.new_part, entry.blob_id, link=False))
         except OSError as e:
             self.log.warning("refetch not started", blob=entry.blob_id, error=str(e))
-            return
-        if not created:
-            return
+            return None
         if self.space is not None and not self.space.reserve(entry.blob_id, entry.size):
             fill.fail(UpstreamError("no room in the cache"))
             self.store.discard(fill.part_path)
             self.inflight.done(fill)
+            return None
+        return fill
+
+    def refetch(self, entry, url, renew, fill):
+        """Run the Fill prepare_refetch registered (on the thread that found the mismatch,
+        after the failed fill was discarded)."""
+        if fill is None:
             return
         self.c[M.FILLS_STARTED] += 1
         self.c[M.FILL_REFETCHES] += 1
@@ -478,7 +622,7 @@ class Upstream:
         if self.offline:
             if cached is not None:
                 return self._serve_api(job, cached, "stale")
-            return self._unavailable(job, None, None)
+            return self._unavailable(job, None)
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
         try:
             if t.kind == T.API_PATHS_INFO:
@@ -491,10 +635,12 @@ class Upstream:
             if cached is not None:
                 self.c[M.STALE_SERVED] += 1
                 return self._serve_api(job, cached, "stale")
-            return self._unavailable(job, None, type(exc).__name__)
+            return self._unavailable(job, type(exc).__name__)
         if (st >= 500 or st == 429) and cached is not None:
             self.c[M.STALE_SERVED] += 1
             return self._serve_api(job, cached, "stale")
+        if st >= 500:
+            return self._unavailable(job, "it answered %d" % st)
         if 200 <= st < 300:
             body = UH.strip_xet_json(body)
             if t.kind == T.API_INFO:
@@ -503,7 +649,22 @@ class Upstream:
                       body=body, expires=self._expires(T.is_commit(t.rev)))
         if st < 500 and st != 429:
             self._publish(entry)
+            if st == 200:
+                self._learn_absent(job, key, entry)
         return self._serve_api(job, entry, "miss")
+
+    def _learn_absent(self, job, key, entry):
+        """What a cached API answer says is not there: a complete file list of a commit
+        (cache/filesets.py), or the paths a paths-info at a commit asked for and did not
+        get (each becomes the Hub's EntryNotFound for /resolve at that commit)."""
+        t = job.target
+        if t.kind != T.API_PATHS_INFO:
+            self.files.learn(key, entry, self.index.get)
+        elif T.is_commit(t.rev):
+            for p in NEG.paths_not_found(job.content_type, job.body, entry.body):
+                k = cache_key(T.RESOLVE, t.rtype, t.repo, t.rev, p)
+                if self.index.get(k) is None:
+                    self._publish_entry(NEG.entry_not_found(k, t.rev))
 
     def _learn_sha(self, t, body):
         import json
@@ -517,13 +678,15 @@ class Upstream:
     def _passthrough(self, job):
         t = job.target
         if self.offline:
-            return self._unavailable(job, None, None)
+            return self._unavailable(job, None)
         self.c[M.PASSTHROUGH] += 1
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
         resp = self._request(job.method, url)
         body = self._read_limited(resp, MAX_API_BODY) if job.method != "HEAD" else b""
         if job.method == "HEAD":
             resp.close()
+        if resp.status_code >= 500:
+            return self._unavailable(job, "it answered %d" % resp.status_code)
         headers = UH.client_headers(resp.headers, self.base, self._link_base(job))
         entry = Entry(CANNED, "", status=resp.status_code, headers=headers, body=body)
         return job.reply(Reply(entry, None, "passthrough"))

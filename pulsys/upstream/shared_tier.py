@@ -232,6 +232,7 @@ class SharedTier:
             up.log.warning("metadata not persisted", key=entry.key, error=str(e))
         if immutable:
             self._know(entry.key, _digest(entry.to_json()))
+        up.bound_negatives(entry)      # --max-negative-entries counts the bucket's too
         self.c[M.SHARED_META_HITS] += 1
 
     def _rev(self, up, t, now_wall, now_mono):
@@ -303,7 +304,7 @@ class SharedTier:
             e = self.lookup(up, t)
             if e is None:
                 return False
-            if job.method == "HEAD" or e.kind == CANNED:
+            if job.method == "HEAD" or e.kind == CANNED and not e.head_only:
                 job.reply(Reply(e, None, "shared"))
                 return True
         if e.kind != FILE or not e.blob_id:
@@ -321,7 +322,8 @@ class SharedTier:
         if not self.has_blob(e.blob_id, e.size):
             return False
         try:
-            fill, created = up.inflight.join_or_create(e.blob_id, e.size, up.new_part)
+            fill, created = up.inflight.join_or_create(
+                e.blob_id, e.size, functools.partial(up.new_part, e.blob_id, link=False))
         except OSError as exc:     # the part file cannot be created
             up.cannot_store(job, e.blob_id, exc)
             return True
@@ -525,5 +527,8 @@ class _FromBucket:
     def host_allowed(self, url):
         return False
 
-    def refetch(self, entry, url, renew):
+    def prepare_refetch(self, entry):
+        return None      # not from the bucket again: readers are cut, the next asks the Hub
+
+    def refetch(self, entry, url, renew, fill):
         pass

@@ -5,6 +5,7 @@ process (Linux /proc)."""
 import hashlib
 import os
 import socket
+import time
 
 
 def raw_get(address, path, headers=(), timeout=30):
@@ -31,6 +32,28 @@ def raw_get(address, path, headers=(), timeout=30):
         hdrs[k.strip().lower()] = v.strip()
     want = hdrs.get("content-length")
     return int(lines[0].split(" ")[1]), hdrs, body, want is not None and len(body) == int(want)
+
+
+def timed_get(address, path, headers=(), timeout=30):
+    """One GET on a new connection, read to EOF, timed. -> (status, body, complete,
+    seconds to the first body byte, seconds to the end)."""
+    extra = "".join("%s: %s\r\n" % h for h in headers)
+    t0 = time.monotonic()
+    data, t_first = bytearray(), None
+    with socket.create_connection(address, timeout=timeout) as s:
+        s.sendall(("GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s\r\n" % (path, extra)).encode())
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+            if t_first is None and b"\r\n\r\n" in data and not data.endswith(b"\r\n\r\n"):
+                t_first = time.monotonic() - t0
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = [ln.split(b":")[1] for ln in lines if ln.lower().startswith(b"content-length")]
+    complete = bool(length) and len(body) == int(length[0])
+    return int(lines[0].split(b" ")[1]), body, complete, t_first, time.monotonic() - t0
 
 
 def blob_files(cache_dir):

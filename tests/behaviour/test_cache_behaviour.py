@@ -213,11 +213,14 @@ def test_errors_pass_through_with_hf_error_codes(hub, repo, make_server):
     assert r.headers["X-Error-Code"] == "RepoNotFound"
 
 
-def test_upstream_unreachable_gives_502_with_a_clear_message(hub, make_server):
+def test_upstream_unreachable_gives_a_status_clients_do_not_retry_with_a_clear_message(hub, make_server):
     srv = make_server(hub)
     hub.stop()
     r = get(srv, "/org/m/resolve/main/model.safetensors")
-    assert r.status_code == 502 and "unavailable" in r.json()["error"]
+    # 599, not 502/503/504: huggingface_hub would retry those five times (docs/architecture.md,
+    # "When the Hub is down")
+    assert r.status_code == 599 and "unavailable" in r.json()["error"]
+    assert r.headers["X-Error-Code"] == "UpstreamUnavailable"
 
 
 def test_redirect_to_a_host_not_allowed_is_refused(hub, repo, make_server):

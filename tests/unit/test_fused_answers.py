@@ -83,6 +83,38 @@ def test_range_on_an_in_memory_body_is_fused_with_the_right_bytes(tmp_path):
         rig.close()
 
 
+@pytest.mark.parametrize("bad", [GET.replace(b"Host: t", b"Host: t@u"), GET.replace(b"GET", b"get", 1)])
+def test_a_refused_head_is_never_remembered(rig, bad):
+    served(rig), served(rig)                       # GET's head and answer are remembered
+    rig.req = bad
+    rig.deliver()
+    out = rig.ring.sent[-1]
+    assert out.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in out
+    assert rig.conn.close_after
+    assert bad not in rig.reactor.heads and bad not in rig.reactor.answers
+
+
+def test_if_range_is_part_of_the_remembered_head(tmp_path):
+    # heads are remembered by their exact bytes, so the same Range with another If-Range
+    # is another head with an answer of its own: 206 when it names the ETag, else 200
+    rng = GET.replace(b"\r\n\r\n", b"\r\nRange: bytes=10-19\r\n")
+    match = rng + b'If-Range: "%s"\r\n\r\n' % SHA.encode()
+    other = rng + b'If-Range: "%s"\r\n\r\n' % (b"ef" * 32)
+    rig = FusedHitRig(tmp_path, match, COMMIT, SHA)
+    try:
+        for fused in (False, True):
+            rig.req = match
+            out, was_fused = served(rig)
+            assert was_fused is fused and out.startswith(b"HTTP/1.1 206 Partial Content\r\n")
+            assert out.endswith(b"\r\n\r\n" + rig.body[10:20])
+            rig.req = other
+            out, was_fused = served(rig)
+            assert was_fused is fused and out.startswith(b"HTTP/1.1 200 OK\r\n"), out[:40]
+            assert b"Content-Range" not in out and out.endswith(b"\r\n\r\n" + rig.body)
+    finally:
+        rig.close()
+
+
 def test_connection_close_is_never_fused(tmp_path):
     req = GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
     rig = FusedHitRig(tmp_path, req, COMMIT, SHA)

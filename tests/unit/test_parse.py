@@ -91,8 +91,8 @@ def test_huggingface_hub_head():
         "method": "HEAD", "target": "/gpt2/resolve/main/config.json",
         "path": "/gpt2/resolve/main/config.json", "query": "", "http11": True,
         "keep_alive": True, "host": "hf.local:8080", "range": None, "if_none_match": None,
-        "authorization": "Bearer hf_abcDEF123", "content_length": 0, "content_type": None,
-        "head_len": len(HF_HEAD)}
+        "if_range": None, "authorization": "Bearer hf_abcDEF123", "content_length": 0, "content_type": None,
+        "user_agent": "unknown/None; hf_hub/0.26.2; python/3.11.7; torch/2.5.1", "head_len": len(HF_HEAD)}
 
 
 def test_hf_transfer_probe_range():
@@ -101,7 +101,13 @@ def test_hf_transfer_probe_range():
        b"\r\n\r\n",
        method="GET", path="/api/resolve-cache/models/gpt2/abc/model.safetensors",
        query="X-Amz-Signature=ab%2Fc&x=1", host="cdn-lfs.hf.local", range="bytes=0-0",
-       keep_alive=True, authorization=None)
+       keep_alive=True, authorization=None, user_agent="hf_transfer/0.1.8")
+
+
+def test_user_agent_is_the_first_one_sent():
+    tr(b"GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: Wget/1.21.3\r\nuser-agent: other\r\n\r\n",
+       user_agent="Wget/1.21.3")
+    tr(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", user_agent=None)
 
 
 def test_post_paths_info_with_content_length():
@@ -116,6 +122,44 @@ def test_if_none_match_and_ows():
     tr(b"GET /a?b HTTP/1.1\r\nHost:\t h \t\r\nIf-None-Match:  \"abc\" \r\n"
        b"if-none-match: W/\"d\"\r\n\r\n",
        host="h", if_none_match='"abc", W/"d"', path="/a", query="b")
+
+
+def test_if_range_is_extracted_as_sent():
+    tr(b"GET /a HTTP/1.1\r\nHost: h\r\nRange: bytes=5-\r\nif-range:  W/\"abc\" \r\n\r\n",
+       range="bytes=5-", if_range='W/"abc"')
+    tr(b"GET /a HTTP/1.1\r\nHost: h\r\nIf-Range: Sat, 29 Oct 1994 19:43:31 GMT\r\n\r\n",
+       range=None, if_range="Sat, 29 Oct 1994 19:43:31 GMT")
+    tr(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n", if_range=None)
+
+
+@pytest.mark.parametrize("host", [
+    "h", "hf.local", "HF.Local:8080", "127.0.0.1", "127.0.0.1:65535", "h:0", "h:00080",
+    "[::1]", "[::1]:8080", "[2001:db8::192.0.2.1]", "under_score.example", "xn--bcher-kva.example.",
+    "a-b.c"])
+def test_valid_hosts(host):
+    tr(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n", host=host)
+
+
+@pytest.mark.parametrize("host", [
+    b"a b", b"a\tb", b"a/b", b"/", b"user@h", b"u:p@h", b"h:", b"h:65536", b"h:99999", b"h:123456",
+    b"h:8o", b"h:-1", b"h::80", b":80", b"{h}", b"h%20", b"h\\x", b"h,i", b"h;i", b"h?", b"h#",
+    b"[::1", b"::1]", b"[zz::1]", b"[::1]x", b"[::1]:", b"[]", b"::1", b"caf\xe9"])
+def test_invalid_hosts_are_400(host):
+    for version in (b"1.1", b"1.0"):
+        reason = tr_error(b"GET / HTTP/" + version + b"\r\nHost: " + host + b"\r\n\r\n", 400)
+        assert "Host" in reason
+
+
+@pytest.mark.parametrize("method", [b"get", b"Get", b"gET", b"GET1", b"G.T", b"G!T", b"G~T"])
+def test_method_other_than_upper_case_letters_is_400(method):
+    reason = tr_error(method + b" / HTTP/1.1\r\nHost: h\r\n\r\n", 400)
+    assert "method" in reason
+
+
+def test_unknown_upper_case_methods_parse():
+    # the router answers them 501 (route.py); "-" and "_" are allowed as nginx allows them
+    for method in ("BREW", "PROPFIND", "M-SEARCH", "X_Y"):
+        tr(method.encode() + b" / HTTP/1.1\r\nHost: h\r\n\r\n", method=method)
 
 
 def test_empty_query_and_obs_text_value():
@@ -251,6 +295,9 @@ ERRORS = [
     (b"GET / HTTP/1.1\r\n\r\n", 400),
     (b"GET / HTTP/1.1\r\nX-Host: h\r\n\r\n", 400),
     (OK + b"Host: h\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nHost:\r\n\r\n", 400),
+    (b"GET / HTTP/1.0\r\nHost: a b\r\n\r\n", 400),
+    (OK + b"If-Range: \"a\"\r\nIf-Range: \"a\"\r\n\r\n", 400),
     (OK + b"Content-Length: 5\r\nContent-Length: 5\r\n\r\n", 400),
     (OK + b"Content-Length: 5, 5\r\n\r\n", 400),
     (OK + b"Content-Length: +5\r\n\r\n", 400),

@@ -13,9 +13,10 @@ def entry(blob="/blob", size=1000):
     return e
 
 
-def head(method="GET", rng=None, inm=None, ka=True):
+def head(method="GET", rng=None, inm=None, ka=True, if_range=None):
     h = RequestHead()
     h.method, h.range, h.if_none_match, h.keep_alive = method, rng, inm, ka
+    h.if_range = if_range
     return h
 
 
@@ -60,6 +61,32 @@ def test_416_unsatisfiable():
 def test_if_none_match_304_wins_over_range():
     ok, p = plan(head(rng="bytes=0-1", inm='"%s"' % SHA256), entry())
     assert ok and p.status == 304 and p.count == 0 and b"Content-Length" not in p.head
+
+
+def test_if_range_with_the_entrys_etag_keeps_the_range():
+    ok, p = plan(head(rng="bytes=990-", if_range='"%s"' % SHA256), entry())
+    assert ok and p.status == 206 and (p.offset, p.count) == (990, 10)
+
+
+def test_if_range_that_does_not_match_sends_the_whole_body():
+    for validator in ('"%s"' % ("b" * 64), "W/\"%s\"" % SHA256, SHA256, '"%s' % SHA256, "",
+                      "Sat, 29 Oct 1994 19:43:31 GMT"):
+        for rng in ("bytes=990-", "bytes=0-0", "bytes=1000-", "bytes=x"):   # 206, 206, 416, 416
+            ok, p = plan(head(rng=rng, if_range=validator), entry())
+            assert ok and p.status == 200 and (p.offset, p.count) == (0, 1000), (validator, rng)
+            assert b"Content-Range" not in p.head
+        ok, p = plan(head("HEAD", rng="bytes=0-0", if_range=validator), entry())
+        assert p.status == 200 and b"Content-Length: 1000\r\n" in p.head
+        e = small_entry()
+        ok, p = plan(head(rng="bytes=2-4", if_range=validator), e)
+        assert p.status == 200 and p.head.endswith(b"\r\n\r\n0123456789")
+
+
+def test_if_range_without_range_changes_nothing_and_304_still_wins():
+    ok, p = plan(head(if_range='"other"'), entry())
+    assert p.status == 200 and p.count == 1000
+    ok, p = plan(head(rng="bytes=0-1", inm='"%s"' % SHA256, if_range='"other"'), entry())
+    assert p.status == 304
 
 
 def test_connection_close_variant():
