@@ -282,7 +282,7 @@ SETTINGS = (
             "most negative answers (4xx such as EntryNotFound) kept in the cache; past it the least "
             "recently used are dropped (0: none are kept)", metavar="N"),
     Setting("offline", "--offline", _bool, False,
-            "serve only from cache; misses get 504", kind="flag"),
+            "serve only from cache; misses get 599 at once", kind="flag"),
     Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), str(os.cpu_count() or 1),
             "number of listening sockets (SO_REUSEPORT), one reactor each; with N > 1 each reactor "
             "runs in its own worker process (default: the number of CPUs)", metavar="N"),

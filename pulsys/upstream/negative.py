@@ -51,6 +51,12 @@ def upstream_down(netloc, why):
                        "request" % (netloc, why))
 
 
+def offline(path):
+    """--offline and nothing cached answers: the same status, not retried either."""
+    return error_entry("", DOWN_STATUS, DOWN_CODE,
+                       "pulsys is offline (--offline) and has no cached copy of %s" % path)
+
+
 def _valid_path(p):
     if not p or "\x00" in p or "\\" in p:
         return False

@@ -211,9 +211,7 @@ class Upstream:
                 return job.reply(Reply(missing, None, "file-list"))
         if why is None:
             self.c[M.OFFLINE_REFUSALS] += 1
-            return job.reply(Reply(_canned_error(
-                504, "pulsys is offline and has no cached copy of %s" % job.target.upstream_path),
-                None, "offline"))
+            return job.reply(Reply(NEG.offline(job.target.upstream_path), None, "offline"))
         self.c[M.UPSTREAM_ERRORS] += 1
         return job.reply(Reply(NEG.upstream_down(self.netloc, why), None, "error"))
 

@@ -123,7 +123,7 @@ def test_restart_rebuilds_the_index_and_serves_with_upstream_gone(hub, repo, mak
     assert srv2.vars()["stale_served"] >= 1          # upstream unreachable: stale mapping used
 
 
-def test_offline_mode_serves_cache_and_504s_misses(hub, repo, make_server, tmp_path):
+def test_offline_mode_serves_cache_and_answers_misses_at_once_with_599(hub, repo, make_server, tmp_path):
     cache = str(tmp_path / "c")
     srv = make_server(hub, cache_dir=cache)
     assert get(srv, "/org/m/resolve/main/model.safetensors").content == LFS_BODY
@@ -133,7 +133,8 @@ def test_offline_mode_serves_cache_and_504s_misses(hub, repo, make_server, tmp_p
     off = make_server(hub, cache_dir=cache, offline=True, revision_ttl=0)
     assert get(off, "/org/m/resolve/main/model.safetensors").content == LFS_BODY
     r = get(off, "/org/m/resolve/main/never-fetched.bin")
-    assert r.status_code == 504 and "offline" in r.json()["error"]
+    assert r.status_code == 599 and "offline" in r.json()["error"]
+    assert r.headers["X-Error-Code"] == "UpstreamUnavailable"     # not retried by HF clients
     assert hub.count() == 0
 
 
