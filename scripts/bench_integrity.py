@@ -36,47 +36,10 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from provenance import provenance, write_result  # noqa: E402
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
 from tests.behaviour.fillcheck import timed_get  # noqa: E402
+from tests.conftest import ProcServer  # noqa: E402
 
 MIB = 1024 * 1024
 CHUNK = 10 * MIB
-
-
-class Pulsys:
-    """`python -m pulsys` from source tree `src` on a free loopback port."""
-
-    def __init__(self, src, hub, cache_dir, log_path):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSYS_")}
-        env.update(PYTHONPATH=src, PULSYS_LISTEN="127.0.0.1:0", PULSYS_ADMIN_LISTEN="off",
-                   PULSYS_UPSTREAM=hub.url, PULSYS_ALLOW_UPSTREAM_HOST=hub.cdn_netloc,
-                   PULSYS_CACHE_DIR=cache_dir, PULSYS_LISTENERS="1", PULSYS_AUTH="off",
-                   PULSYS_IOURING="off", PULSYS_ACCESS_LOG="off", PULSYS_LOG_FORMAT="json",
-                   PULSYS_LOG_LEVEL="info")
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "pulsys"], cwd=src, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(log_path, "rb") as f:
-                for line in f.read().decode("utf-8", "replace").splitlines():
-                    if '"pulsys started"' in line:
-                        host, port = json.loads(line)["listen"].rsplit("/", 1)[1].rsplit(":", 1)
-                        self.address = (host, int(port))
-                        return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise SystemExit("bench: error: pulsys from %s did not start (log: %s)" % (src, log_path))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
 
 
 def get(address, path, rng=None):
@@ -117,13 +80,17 @@ def one_round(addr, hub, n, size):
 def measure(src, label, args, work):
     hub = FakeHub(record_requests=False).start()
     hub.faults.throttle(args.hub_mibps * MIB)
-    srv = Pulsys(src, hub, os.path.join(work, label + "-cache"), os.path.join(work, label + ".log"))
+    settings = {"upstream": hub.url, "allow_upstream_host": [hub.cdn_netloc], "listeners": 1,
+                "cache_dir": os.path.join(work, label + "-cache"), "auth": "off", "iouring": "off",
+                "access_log": "off"}
+    srv = ProcServer(settings, os.path.join(work, label + ".log"), root=src)
     rounds = []
     try:
         for n in range(args.rounds):
             rounds.append(one_round(srv.address, hub, n, args.file_mib * MIB + 12345))
     finally:
         srv.stop()
+        srv.shutdown()
         hub.stop()
     med = {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
     return {"median": med, "rounds": rounds}

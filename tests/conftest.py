@@ -31,21 +31,22 @@ COUNTER_SYNC = 0.25   # > the workers' counter copy interval (pulsys.workers.COU
 
 class ProcServer:
     """`python -m pulsys --listeners N` (N > 1): the parent and its worker processes.
+    `root`: the source tree it runs from (a benchmark's baseline commit, say).
 
     Offers what tests use of an in-process Server: url, address, vars(), load_stats,
     stop() and shutdown(); plus pid, admin_url, metrics_text() and log_text()."""
 
-    def __init__(self, settings, log_path, start_timeout=30.0, argv=None):
+    def __init__(self, settings, log_path, start_timeout=30.0, argv=None, root=ROOT):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PULSYS_")}
         for k, v in settings.items():
             env["PULSYS_" + k.upper()] = ",".join(v) if isinstance(v, list) else (
                 ("1" if v else "0") if isinstance(v, bool) else str(v))
         env.update(PULSYS_LISTEN="127.0.0.1:0", PULSYS_ADMIN_LISTEN="127.0.0.1:0",
                    PULSYS_LOG_FORMAT="json", PULSYS_LOG_LEVEL="info")
-        env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "pulsys"], cwd=ROOT, env=env,
+        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "pulsys"], cwd=root, env=env,
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
         self.pid = self.proc.pid
         self._load_stats = None

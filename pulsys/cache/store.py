@@ -3,7 +3,7 @@ a reactor thread (it fsyncs).
 
     <cache-dir>/v1/blobs/sha256/<aa>/<hex>   LFS bodies, named by their sha256
     <cache-dir>/v1/blobs/sha1/<aa>/<hex>     regular files, named by their git blob sha1
-    <cache-dir>/v1/tmp/<random>.part         fills in progress (removed at startup)
+    <cache-dir>/v1/tmp/<algo>-<hex>.<random>.part   fills in progress (removed at startup)
     <cache-dir>/v1/meta/<aa>/<digest>.json   one Entry or revision mapping per file
     <cache-dir>/v1/index-snapshot.json       all of meta/ in one file (cache/snapshot.py)
     <cache-dir>/v1/suspect/<algo>-<hex>      blobs that once streamed unverified bytes (ADR 0012)
@@ -35,6 +35,15 @@ def _digest(key):
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
+def _file_name(blob_id):
+    """"sha256/<hex>" -> "sha256-<hex>": a blob id as one file name (suspect/, tmp/)."""
+    return blob_id.replace("/", "-", 1)
+
+
+def _blob_of(name):
+    return name.replace("-", "/", 1)
+
+
 def _fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -58,7 +67,7 @@ class Store:
             os.makedirs(d, exist_ok=True)
         # blob ids whose fill failed verification after bytes were readable: entries of
         # them answer open-ended resumes with the whole body (ADR 0012). Replaced whole.
-        self.suspects = frozenset(n.replace("-", "/", 1) for n in os.listdir(self.suspect_dir)
+        self.suspects = frozenset(_blob_of(n) for n in os.listdir(self.suspect_dir)
                                   if not n.startswith("."))
         self.small_max = small_max
         self.small_left = small_budget
@@ -131,19 +140,26 @@ class Store:
         if blob_id in self.suspects:
             return
         self.suspects = self.suspects | {blob_id}
-        path = os.path.join(self.suspect_dir, blob_id.replace("/", "-", 1))
+        path = os.path.join(self.suspect_dir, _file_name(blob_id))
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             _fsync_dir(self.suspect_dir)
         except OSError as e:
             self.log.warning("suspect blob not persisted", blob=blob_id, error=str(e))
 
+    def flag_suspect(self, entry):
+        """Set restart_resumes on an entry of a suspect blob (a flag only ever set, so also
+        safe on an entry the index already holds). -> entry"""
+        if entry.blob_id and entry.blob_id in self.suspects:
+            entry.restart_resumes = True
+        return entry
+
     def new_part_path(self, blob_id=None):
         """tmp/<algo>-<hex>.<random>.part: named after its blob, so that the part file a
         crash left behind tells the next start which blob streamed unverified bytes."""
         name = secrets.token_hex(12) + ".part"
         if blob_id:
-            name = blob_id.replace("/", "-", 1) + "." + name
+            name = _file_name(blob_id) + "." + name
         return os.path.join(self.tmp, name)
 
     def commit_blob(self, part_path, blob_id):
@@ -209,7 +225,7 @@ class Store:
         n = 0
         for name in os.listdir(self.tmp):
             path = os.path.join(self.tmp, name)
-            blob_id = name.split(".", 1)[0].replace("-", "/", 1) if name.endswith(".part") else ""
+            blob_id = _blob_of(name.split(".", 1)[0]) if name.endswith(".part") else ""
             if "/" in blob_id:
                 try:
                     streamed = os.path.getsize(path) > 0 and not os.path.samefile(
@@ -333,8 +349,7 @@ class Store:
                     if expires and expires <= 0:
                         expires = 1e-9  # stale but kept for offline fallback
                     e = self.attach_small_body(Entry.from_json(ed, blob_path, expires))
-                    e.restart_resumes = e.blob_id in self.suspects
-                    index.publish(e)
+                    index.publish(self.flag_suspect(e))
                     n_entries += 1
                 except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                     self._skip(skipped, path, "%s: %s" % (type(exc).__name__, exc))
@@ -354,9 +369,8 @@ class Store:
                 expires = 1e-9
             e = Entry(kind, key, size, etag, commit, lfs, blob_id, blob_path, ctype, cdisp, status,
                       tuple(map(tuple, headers)) if headers else (), body.encode("latin-1"), expires)
-            e.restart_resumes = blob_id in self.suspects
             e.head_only = len(r) > 14 and bool(r[14])     # rows written before it have 14 fields
-            index.publish(self.attach_small_body(e))
+            index.publish(self.flag_suspect(self.attach_small_body(e)))
         for key, commit, fetched in doc["revs"]:
             if not is_commit(commit):
                 raise ValueError("bad commit in snapshot")

@@ -282,7 +282,7 @@ class FillRun:
         up.c[M.FILLS_FAILED] += 1
         if isinstance(error, CacheCorrupt):
             up.c[M.INTEGRITY_FAILURES] += 1
-            if fill.spans and hasattr(up, "mark_suspect"):
+            if fill.spans:
                 # bytes were readable, so readers may hold some of the wrong ones: flag
                 # the blob before its readers are cut short (ADR 0012)
                 self.entry = up.mark_suspect(self.entry)

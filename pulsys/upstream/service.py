@@ -133,8 +133,7 @@ class Upstream:
     def _publish_entry(self, entry):
         if not self.negatives.cap and is_negative(entry):
             return                  # --max-negative-entries 0: negative answers are not kept
-        if entry.blob_id and entry.blob_id in self.store.suspects:
-            entry.restart_resumes = True   # not yet published, or a flag only ever set
+        self.store.flag_suspect(entry)
         space = self.space
         pinned = entry.blob_path is not None and space is not None
         if pinned and not space.pin(entry.blob_id):
@@ -404,7 +403,7 @@ class Upstream:
         entry = Entry(FILE, target_key(t, commit) if commit else target_key(t), size, etag, commit,
                       lfs, blob_id, None, ctype, h.get("Content-Disposition", "") if st == 200 else "",
                       expires=self._expires(bool(commit)))
-        entry.restart_resumes = blob_id in self.store.suspects
+        self.store.flag_suspect(entry)     # a reply that joins a fill is not published
         prepare(entry)
         if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
             if resp is not None:
@@ -460,11 +459,8 @@ class Upstream:
         self.store.add_suspect(blob_id)
         for e in [e for e in list(self.index.entries.values()) if e.blob_id == blob_id]:
             if not e.restart_resumes:
-                flagged = e.with_expiry(e.expires)
-                self._publish_entry(flagged)
-        flagged = entry.with_expiry(entry.expires)
-        flagged.restart_resumes = True
-        return flagged
+                self._publish_entry(e.with_expiry(e.expires))    # flagged by _publish_entry
+        return self.store.flag_suspect(entry.with_expiry(entry.expires))
 
     def _cannot_store(self, job, blob_id, e):
         self.log.warning("fill not started", blob=blob_id, error=str(e))
