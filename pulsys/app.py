@@ -21,16 +21,17 @@ from pulsys import metrics as M
 from pulsys.admin.plane import AdminPlane, first_start_banner
 from pulsys.admin.readiness import readiness
 from pulsys.admin.server import AdminServer
-from pulsys.cache.index import Index
-from pulsys.cache import snapshot
 from pulsys.cache import space as SP
+from pulsys.cache.index_import import open_index
+from pulsys.cache.index_view import IndexView
+from pulsys.cache.indexdb import IndexUnusable
 from pulsys.cache.inflight import Inflight
 from pulsys.cache.downloads import take_downloads
 from pulsys.cache.recency import take_served
 from pulsys.cache.store import Store
 from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable
-from pulsys.ipc import DROP_FDS, KEYS, FillRelays, ReplicatingIndex, Replicas
+from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
 from pulsys.platform import PlatformFacts, load_sender
 from pulsys.reactor import backend_class, select_backend
@@ -54,7 +55,7 @@ class _Base:
     """What both process layouts share: the upstream plane, the index it publishes to,
     the listening sockets, the admin listener, start/stop signalling."""
 
-    def _build(self, config, index):
+    def _build(self, config):
         self.config = config
         self.log = get_logger("app")
         self.facts = PlatformFacts.probe()
@@ -67,15 +68,14 @@ class _Base:
                           % config.cache_dir) from None
         # keys, audit log, jobs: opened (and migrated) before anything listens
         self.plane = AdminPlane(config)
-        self.index = index
-        t0 = time.monotonic()
         # part files first: a fill a crash interrupted may have streamed unverified bytes,
-        # and entries of its blob must load knowing that (ADR 0012)
+        # and entries of its blob must say so from now on (ADR 0012)
+        suspects = self.store.suspects
         removed = self.store.clean_tmp()
-        n_entries, n_revs, skipped = self.store.load(self.index, config.revision_ttl, t0)
-        self.load_stats = {"entries": n_entries, "revisions": n_revs, "skipped": skipped,
-                           "partials_removed": removed, "seconds": round(time.monotonic() - t0, 3),
-                           "from": self.store.loaded_from}
+        self.index, self.load_stats = open_index(self.store, config.revision_ttl, get_logger("index"))
+        self.load_stats["partials_removed"] = removed
+        for blob_id in self.store.suspects - suspects:
+            self.index.publish_many([self.store.flag_suspect(e) for e in self.index.entries_of_blob(blob_id)])
         self.inflight = Inflight()
         self.pool_counters = M.PerThread()     # pool, admin and pre-warm threads each count apart
         self.space = SP.for_store(self.store, self.index, self.inflight, config.cache_max_bytes,
@@ -86,6 +86,8 @@ class _Base:
                                 self.store, self.inflight, self.pool_counters)
         self.service.guard = self.guard
         self.service.space = self.space
+        # file lists and negative entries, learned from the index while the server serves
+        threading.Thread(target=self.service.learn_index, name="pulsys-learn-index", daemon=True).start()
         self.node_id = config.node_id or socket.gethostname()
         self.shared = None
         if config.shared_store:     # the fleet's bucket (docs/fleet.md): its endpoint is always allowed
@@ -118,7 +120,7 @@ class _Base:
         return {"version": __version__, "backend": self.backend, "sender": self.sender_name,
                 "listeners": len(self.listeners), "pid": os.getpid(),
                 "uptime_seconds": round(time.time() - self.started, 3),
-                "index_entries": len(self.index), "index_revisions": len(self.index.revs),
+                "index_entries": len(self.index), "index_revisions": self.index.rev_count(),
                 "negative_entries": len(self.service.negatives),
                 "fills_in_flight": self.inflight.count(), "startup_index_load": self.load_stats,
                 "node_id": self.node_id, **(self.shared.stats() if self.shared else {}),
@@ -129,12 +131,17 @@ class _Base:
         return readiness(self.load_stats is not None, self._serving(), self.plane.db)
 
     def _close_store(self):
-        """Last step of shutdown: the index snapshot for the next start, then the lock."""
+        """Last step of shutdown: last-served times into the index, close it, unlock."""
         if self.shared is not None:
             self.shared.close()
-        snapshot.save(self.store, self.index, self.space.recency(), self.config.revision_ttl,
-                      self.log, time.monotonic, time.time)
+        self.space.collect()
+        self.space.flush()
+        self.index.db.close()
         self.store.unlock()
+
+    def view(self):
+        """An IndexView of the index for one in-process reactor."""
+        return IndexView(self.index.db, self.store.blob_path, self.config.revision_ttl)
 
     def endpoint(self):
         """The URL clients should use as HF_ENDPOINT."""
@@ -193,14 +200,14 @@ class Server(_Base):
     for --listeners 1, and for in-process tests). `run()` blocks until stop() or a signal."""
 
     def __init__(self, config):
-        self._build(config, Index())
+        self._build(config)
         cls = backend_class(self.backend)
         self.reactors, self.access_buffers = [], []
         for lst in self.listeners:
             access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
             if access is not None:
                 self.access_buffers.append(access)
-            self.reactors.append(cls(lst, self.index, self.pool.submit, Mailbox(), self.sender, FdCache(),
+            self.reactors.append(cls(lst, self.view(), self.pool.submit, Mailbox(), self.sender, FdCache(),
                                      access, gate=self.plane.data_gate, **config.reactor_limits()))
         self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
                               if self.access_buffers else None)
@@ -242,7 +249,6 @@ class Server(_Base):
             self.shared.start()
         if self.admin is not None:
             self.admin.start()
-        snapshot.remove(self.store)     # from here on meta/ may change: a crash leaves none
         self._announce_first_key()
         self._log_started()
         return self
@@ -276,10 +282,10 @@ class ProcessServer(_Base):
     runs its reactor (pulsys.workers, docs/decisions/0006)."""
 
     def __init__(self, config):
-        self.replicas = Replicas()
-        self._build(config, ReplicatingIndex(self.replicas))
+        self.links = WorkerLinks()
+        self._build(config)
         self.relays = FillRelays()
-        self.supervisor = Supervisor(config, self.facts, self.listeners, self.replicas, self.relays,
+        self.supervisor = Supervisor(config, self.facts, self.listeners, self.links, self.relays,
                                      self.pool.submit, on_served=self.space.touch_many,
                                      key_table=self._key_table if self.plane.data_gate else None)
         self.supervisor.on_downloads = self.downloads.add
@@ -288,10 +294,10 @@ class ProcessServer(_Base):
         return self.plane.gate.table
 
     def _publish_keys(self, table):
-        self.replicas.broadcast((KEYS, table))
+        self.links.broadcast(KeysFrame(table))
 
     def _drop_fds(self, paths):
-        self.replicas.broadcast((DROP_FDS, paths))
+        self.links.broadcast(DropFdsFrame(paths))
 
     def _serving(self):
         return all(s.ready.is_set() and s.proc is not None and s.proc.poll() is None
@@ -314,7 +320,6 @@ class ProcessServer(_Base):
         self.plane.start(self._publish_keys if self.plane.data_gate else None)
         if self.shared is not None:
             self.shared.start()
-        snapshot.remove(self.store)     # every worker has loaded; a crash from here leaves none
         if self.admin is not None:
             self.admin.start()
         self._announce_first_key()
@@ -353,7 +358,7 @@ def run(config):
         server = (ProcessServer if config.listeners > 1 else Server)(config)
     except OSError as e:
         return _fail("cannot start: %s" % (e.strerror or e))
-    except (BackendUnavailable, DatabaseError, SharedStoreError) as e:
+    except (BackendUnavailable, DatabaseError, SharedStoreError, IndexUnusable) as e:
         return _fail(str(e))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())

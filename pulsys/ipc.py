@@ -1,56 +1,246 @@
 """Messages between the parent and its worker processes (`--listeners N`, N > 1).
 
 One AF_UNIX SOCK_STREAM socketpair per worker carries frames: an 8-byte big-endian
-length, then a pickle (protocol 5) of a tuple whose first item is the opcode. Entries
-travel without their pre-rendered heads (the receiver renders them off the reactor
-thread, in Index.publish or the reactor's reply path).
+length, then a pickle (protocol 5) of a plain tuple `(op, *fields)`: `op` is the int
+value of an `Op`, the fields are those of the frame's named type (FRAMES maps each Op
+to its type; `frame` and `parse` convert, `encode` and `Link.recv` go through them).
+Entries travel without their pre-rendered heads (the receiver renders them off the
+reactor thread, in the reactor's reply path).
 
+    op            type            fields
     parent -> worker
-      (HELLO, worker_no, config, facts)                     first frame, once
-      (PUBLISH, entry)                                      broadcast on every index change
-      (SET_REV, rtype, repo, rev, commit, expires, fetched_at)      broadcast
-      (REMOVE, key)                                                 broadcast
-      (DROP_FDS, paths)        broadcast after an eviction unlinked these blobs
-      (KEYS, table)            the active API keys {id: (digest, scope)}, or None with
-                               --auth off: right after HELLO, then on every change (ADR 0009)
-      (REPLY, job_id, entry, outcome, fill)                 fill is None or
-          (token, blob_id, size, part_path, spans, busy, state, entry, error)
-      (PROGRESS, token, spans, busy, state, entry, error)   to every worker streaming it
+      HELLO 0     HelloFrame      worker_no, config, facts       first frame, once
+      KEYS 110    KeysFrame       table: the active API keys {id: (digest, scope)}, or None
+                                  with --auth off: right after HELLO, then on every change
+                                  (ADR 0009)
+      DROP_FDS 101 DropFdsFrame   paths: broadcast after an eviction unlinked these blobs
+      REPLY 3     ReplyFrame      job_id, entry, outcome, fill: None or a FillSnapshot
+                                  (token, blob_id, size, part_path, spans, busy, state,
+                                  entry, error), a plain tuple on the wire
+      PROGRESS 7  ProgressFrame   token, spans, busy, state, entry, error: to every worker
+                                  streaming that fill
     worker -> parent
-      (READY, pid, backend, sender, index_entries)
-      (JOB, job_id, target, method, host, body, content_type)
-      (SERVED, [(blob_id, monotonic time), ...])    warm hits since the last report
-      (DOWNLOADS, [(cache key, packed), ...])      GETs answered with a file, per key
-      (DEMAND, token, offset)       a reader waits where no fetcher is headed (Fill.demand)
+      READY 1     ReadyFrame      pid, backend, sender, index_entries
+      JOB 2       JobFrame        job_id, target, method, host, body, content_type
+      SERVED 100  ServedFrame     items: [(blob_id, monotonic time), ...], warm hits since
+                                  the last report (docs/decisions/0008)
+      DOWNLOADS 102 DownloadsFrame items: [(cache key, packed), ...], GETs answered with a
+                                  file, per key (cache/downloads.py)
+      DEMAND 8    DemandFrame     token, offset: a reader waits where no fetcher is headed
+                                  (Fill.demand)
 
 `spans` and `busy` are a Fill's byte spans on disk and pieces being fetched
-(cache.inflight); the worker's copy of the Fill takes them whole.
+(cache.inflight); the worker's copy of the Fill takes them whole. `entry` is set when
+`state` is DONE, `error` when it is FAILED.
 
-Parent side: ReplicatingIndex (an Index that broadcasts), FillRelays (fill progress to
+Both readers (serve_worker in the parent, ParentClient._dispatch in a worker) dispatch
+by a table {Op: handler}. A frame whose opcode a reader has no handler for (an opcode
+this code does not know arrives as an UnknownFrame) is logged once per opcode and
+dropped; the reader goes on with the next frame. A frame with a known opcode but the
+wrong fields is a FrameError (the link is torn down, the worker restarted).
+
+The index is not sent: every process reads the same LMDB file (cache/indexdb.py).
+
+Parent side: FillRelays (fill progress to
 the workers that stream from a fill) and serve_worker (JOB frames -> pool Jobs).
 Worker side: ParentClient (the reactor's `submit`, and a reader thread that turns
-parent frames into index updates and mailbox posts). Expiry deadlines are sent as
+parent frames into mailbox posts). Expiry deadlines are sent as
 monotonic times: CLOCK_MONOTONIC is one clock for every process of a boot.
 """
 
+import enum
 import io
 import itertools
 import pickle
 import queue
 import struct
 import threading
+from typing import Any, NamedTuple
 
-from pulsys.cache.index import Index
 from pulsys.cache.inflight import DONE, FAILED, RUNNING, Fill
 from pulsys.errors import Refetching
 from pulsys.log import get_logger
 from pulsys.model.entry import Entry
 from pulsys.model.job import Job, Reply
 
-HELLO, READY, JOB, REPLY, PUBLISH, SET_REV, REMOVE, PROGRESS, DEMAND = range(9)
-SERVED, DROP_FDS = 100, 101       # last-served reports and evictions (docs/decisions/0008)
-DOWNLOADS = 102                   # per-repo downloads since the last report (cache/downloads.py)
-KEYS = 110                        # API keys for the worker's Gate (docs/decisions/0009)
+
+class Op(enum.IntEnum):
+    """Opcodes: the first item of every frame (sent as its int value)."""
+
+    HELLO = 0
+    READY = 1
+    JOB = 2
+    REPLY = 3
+    PROGRESS = 7
+    DEMAND = 8
+    SERVED = 100        # last-served reports (docs/decisions/0008)
+    DROP_FDS = 101      # evictions (docs/decisions/0008)
+    DOWNLOADS = 102     # per-repo downloads since the last report (cache/downloads.py)
+    KEYS = 110          # API keys for the worker's Gate (docs/decisions/0009)
+
+
+# -- frames ---------------------------------------------------------------------------
+# One NamedTuple per Op; `op` is a class attribute, not a field.
+
+
+class HelloFrame(NamedTuple):
+    """parent -> worker, the first frame: the worker's number, Config and host facts."""
+    worker_no: int
+    config: Any
+    facts: Any
+    op = Op.HELLO
+
+
+class KeysFrame(NamedTuple):
+    """parent -> worker, the second frame and on every change: {id: (digest, scope)},
+    or None with --auth off."""
+    table: Any
+    op = Op.KEYS
+
+
+class ReadyFrame(NamedTuple):
+    """worker -> parent, once its reactor is built."""
+    pid: int
+    backend: str
+    sender: str
+    index_entries: int
+    op = Op.READY
+
+
+class JobFrame(NamedTuple):
+    """worker -> parent: a request the worker cannot answer from the index."""
+    job_id: int
+    target: Any
+    method: str
+    host: Any
+    body: Any
+    content_type: Any
+    op = Op.JOB
+
+
+class FillSnapshot(NamedTuple):
+    """A running or ended Fill as a worker first sees it (inside a ReplyFrame)."""
+    token: int
+    blob_id: str
+    size: int
+    part_path: str
+    spans: tuple
+    busy: tuple
+    state: Any
+    entry: Any          # the Fill's entry when state is DONE, else None
+    error: Any          # text (or a Refetching error) when state is FAILED, else None
+
+
+class ReplyFrame(NamedTuple):
+    """parent -> worker: the answer to JobFrame `job_id`; `fill` a FillSnapshot or None."""
+    job_id: int
+    entry: Any
+    outcome: Any
+    fill: Any
+    op = Op.REPLY
+
+
+class ProgressFrame(NamedTuple):
+    """parent -> worker: a change of the fill the worker knows as `token`."""
+    token: int
+    spans: tuple
+    busy: tuple
+    state: Any
+    entry: Any
+    error: Any
+    op = Op.PROGRESS
+
+
+class DemandFrame(NamedTuple):
+    """worker -> parent: a reader waits at `offset` of fill `token` (Fill.demand)."""
+    token: int
+    offset: int
+    op = Op.DEMAND
+
+
+class ServedFrame(NamedTuple):
+    """worker -> parent: [(blob_id, monotonic time), ...] warm hits since the last one."""
+    items: Any
+    op = Op.SERVED
+
+
+class DownloadsFrame(NamedTuple):
+    """worker -> parent: [(cache key, packed), ...] downloads since the last one."""
+    items: Any
+    op = Op.DOWNLOADS
+
+
+class DropFdsFrame(NamedTuple):
+    """parent -> worker: blobs an eviction unlinked (close cached fds of these paths)."""
+    paths: Any
+    op = Op.DROP_FDS
+
+
+class UnknownFrame(NamedTuple):
+    """What Link.recv returns for an opcode that is not an Op (never sent by this code)."""
+    op: int
+    fields: tuple
+
+
+FRAMES = {t.op: t for t in (HelloFrame, KeysFrame, ReadyFrame, JobFrame, ReplyFrame,
+                            ProgressFrame, DemandFrame, ServedFrame, DownloadsFrame,
+                            DropFdsFrame)}
+assert set(FRAMES) == set(Op), "every Op needs exactly one frame type"
+_FRAME_TYPES = frozenset(FRAMES.values())
+
+
+class FrameError(ValueError):
+    """A frame that cannot be read: not a tuple, or a known opcode with the wrong fields."""
+
+
+def frame(msg):
+    """The wire tuple `(int(op), *fields)` for a frame object (one of FRAMES' types)."""
+    kind = type(msg)
+    if kind not in _FRAME_TYPES:
+        raise TypeError("not an IPC frame: %r" % (kind,))
+    if kind is ReplyFrame and msg.fill is not None:
+        return (int(Op.REPLY), msg.job_id, msg.entry, msg.outcome, tuple(msg.fill))
+    return (int(msg.op), *msg)
+
+
+def parse(wire):
+    """The frame object for a wire tuple; an UnknownFrame for an int opcode not in Op.
+    Raises FrameError for anything else (not a tuple, an opcode that is not an int, a
+    known opcode with the wrong number of fields)."""
+    if type(wire) is not tuple or not wire:
+        raise FrameError("not a frame: %r" % (type(wire),))
+    op = wire[0]
+    if type(op) not in (int, Op):
+        raise FrameError("opcode %r is not an int" % (op,))
+    kind = FRAMES.get(op)
+    if kind is None:
+        return UnknownFrame(op, wire[1:])
+    if len(wire) - 1 != len(kind._fields):
+        raise FrameError("%s frame with %d fields, expected %d"
+                         % (Op(op).name, len(wire) - 1, len(kind._fields)))
+    msg = kind._make(wire[1:])
+    if kind is ReplyFrame and msg.fill is not None:
+        snap = msg.fill
+        if type(snap) is not tuple or len(snap) != len(FillSnapshot._fields):
+            raise FrameError("REPLY frame with a malformed fill snapshot")
+        msg = msg._replace(fill=FillSnapshot._make(snap))
+    return msg
+
+
+class _Unhandled:
+    """A reader's fallback handler: logs each opcode it has no handler for once."""
+
+    def __init__(self, log, reader):
+        self.log, self.reader = log, reader
+        self.seen = set()
+
+    def __call__(self, msg):
+        key = repr(msg.op)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.log.warning("ignoring IPC frames this reader has no handler for",
+                             op=key, frame=type(msg).__name__, reader=self.reader)
+
 
 _LEN = struct.Struct("!Q")
 _PROTOCOL = 5
@@ -75,10 +265,10 @@ class _Pickler(pickle.Pickler):
 
 
 def encode(msg):
-    """One frame (length prefix + pickle) for `msg`."""
+    """One frame (length prefix + pickle of its wire tuple) for the frame object `msg`."""
     buf = io.BytesIO()
     buf.write(b"\0" * _LEN.size)
-    _Pickler(buf, _PROTOCOL).dump(msg)
+    _Pickler(buf, _PROTOCOL).dump(frame(msg))
     data = buf.getbuffer()
     _LEN.pack_into(data, 0, len(data) - _LEN.size)
     out = bytes(data)
@@ -96,6 +286,7 @@ class Link:
         self.sock = sock
         self.lock = threading.Lock()
         self.broken = False
+        self.frames = 0           # frames sent (/debug/vars: a worker's frames_sent)
         self._buf = bytearray()
         sock.settimeout(timeout)
 
@@ -112,13 +303,15 @@ class Link:
             return False
         try:
             self.sock.sendall(data)
+            self.frames += 1
             return True
         except OSError:
             self.shutdown()
             return False
 
     def recv(self):
-        """Next message, or None at EOF or when the link broke. One reader thread only."""
+        """Next frame object (parse), or None at EOF or when the link broke. One reader
+        thread only. Raises FrameError for a frame that cannot be read."""
         buf, need = self._buf, _LEN.size
         msg_len = None
         while True:
@@ -126,9 +319,9 @@ class Link:
                 msg_len = _LEN.unpack_from(buf, 0)[0]
                 need = _LEN.size + msg_len
             if msg_len is not None and len(buf) >= need:
-                msg = pickle.loads(memoryview(buf)[_LEN.size:need])
+                wire = pickle.loads(memoryview(buf)[_LEN.size:need])
                 del buf[:need]
-                return msg
+                return parse(wire)
             try:
                 chunk = self.sock.recv(max(1 << 16, min(need - len(buf), 1 << 24)))
             except TimeoutError:
@@ -162,7 +355,7 @@ class Link:
 # -- parent side ------------------------------------------------------------------
 
 
-class Replicas:
+class WorkerLinks:
     """The links of the live workers; broadcast() sends one frame to each."""
 
     def __init__(self):
@@ -178,32 +371,12 @@ class Replicas:
             self.links = tuple(x for x in self.links if x is not link)
 
     def broadcast(self, msg):
+        """`msg` is a frame object (KeysFrame, DropFdsFrame)."""
         links = self.links
         if links:
             data = encode(msg)
             for link in links:
                 link.send_frame(data)
-
-
-class ReplicatingIndex(Index):
-    """The parent's authoritative index: every change is also sent to every worker's
-    replica, so a file filled through one worker is a warm hit in all of them."""
-
-    def __init__(self, replicas):
-        super().__init__()
-        self.replicas = replicas
-
-    def publish(self, entry):
-        super().publish(entry)
-        self.replicas.broadcast((PUBLISH, entry))
-
-    def remove(self, key):
-        super().remove(key)
-        self.replicas.broadcast((REMOVE, key))
-
-    def set_rev(self, rtype, repo, rev, commit, expires, fetched_at):
-        super().set_rev(rtype, repo, rev, commit, expires, fetched_at)
-        self.replicas.broadcast((SET_REV, rtype, repo, rev, commit, expires, fetched_at))
 
 
 def _error_text(fill):
@@ -235,9 +408,10 @@ class _Relay:
             if state == RUNNING and link not in self.links:
                 self.links.append(link)
             spans, busy = f.snapshot()
-            snap = (self.token, f.blob_id, f.size, f.part_path, spans, busy, state,
-                    f.entry if state == DONE else None, _error_text(f) if state == FAILED else None)
-            link.send((REPLY, job_id, r.entry, r.outcome, snap))
+            snap = FillSnapshot(self.token, f.blob_id, f.size, f.part_path, spans, busy, state,
+                                f.entry if state == DONE else None,
+                                _error_text(f) if state == FAILED else None)
+            link.send(ReplyFrame(job_id, r.entry, r.outcome, snap))
 
     def on_change(self, f):
         """Fill listener (fill thread). Never raises into the fill."""
@@ -245,9 +419,9 @@ class _Relay:
             with self.lock:
                 state = f.state
                 spans, busy = f.snapshot()
-                data = encode((PROGRESS, self.token, spans, busy, state,
-                               f.entry if state == DONE else None,
-                               _error_text(f) if state == FAILED else None))
+                data = encode(ProgressFrame(self.token, spans, busy, state,
+                                            f.entry if state == DONE else None,
+                                            _error_text(f) if state == FAILED else None))
                 for link in self.links:
                     link.send_frame(data)
                 if state != RUNNING:
@@ -271,7 +445,7 @@ class FillRelays:
     def reply(self, link, job_id, r):
         f = r.fill
         if f is None:
-            link.send((REPLY, job_id, r.entry, r.outcome, None))
+            link.send(ReplyFrame(job_id, r.entry, r.outcome, None))
             return
         with self._lock:
             relay = self._relays.get(f)
@@ -310,27 +484,31 @@ class RemoteReply:
         self.relays.reply(self.link, self.job_id, r)
 
 
+def _drop(msg):
+    pass
+
+
 def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=None):
-    """Parent reader loop for one worker link: JOB frames become pool Jobs; SERVED
-    reports go to on_served(items). Returns at EOF."""
+    """Parent reader loop for one worker link: JOB frames become pool Jobs, DEMAND frames
+    go to the relays, READY to on_ready(ReadyFrame), SERVED and DOWNLOADS reports to
+    on_served(items) and on_downloads(items). Returns at EOF."""
+    def job(m):
+        submit(Job(m.target, m.method, m.host, m.body, m.content_type,
+                   RemoteReply(relays, link, m.job_id)))
+
+    handlers = {
+        Op.JOB: job,
+        Op.DEMAND: lambda m: relays.demand(m.token, m.offset),
+        Op.READY: on_ready,
+        Op.SERVED: (lambda m: on_served(m.items)) if on_served is not None else _drop,
+        Op.DOWNLOADS: (lambda m: on_downloads(m.items)) if on_downloads is not None else _drop,
+    }
+    unhandled = _Unhandled(get_logger("ipc"), "parent")
     while True:
         msg = link.recv()
         if msg is None:
             return
-        op = msg[0]
-        if op == JOB:
-            _, job_id, target, method, host, body, ctype = msg
-            submit(Job(target, method, host, body, ctype, RemoteReply(relays, link, job_id)))
-        elif op == DEMAND:
-            relays.demand(msg[1], msg[2])
-        elif op == SERVED:
-            if on_served is not None:
-                on_served(msg[1])
-        elif op == DOWNLOADS:
-            if on_downloads is not None:
-                on_downloads(msg[1])
-        elif op == READY:
-            on_ready(msg)
+        handlers.get(msg.op, unhandled)(msg)
 
 
 # -- worker side --------------------------------------------------------------------
@@ -338,25 +516,24 @@ def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=No
 
 class ParentClient:
     """A worker's view of the parent: `submit(job)` for its reactor, and a reader thread
-    that applies index broadcasts and turns replies and fill progress into mailbox posts
-    (through the reply callables and Fill wake-ups the reactor set up)."""
+    that turns replies and fill progress into mailbox posts (through the reply callables
+    and Fill wake-ups the reactor set up)."""
 
     on_drop = None       # fn(paths): evicted blobs; the worker posts them to its reactor
     on_keys = None       # fn(table): new API keys; the worker's Gate.load
 
-    def __init__(self, link, index, on_eof, blob_path=None):
+    def __init__(self, link, on_eof, blob_path=None):
         self.link = link
         self.blob_path = blob_path      # blob id -> path of the committed blob (Store.blob_path)
-        self.index = index
         self.on_eof = on_eof
         self.pending = {}               # job id -> the reactor's reply callable
         self.proxies = {}               # fill token -> local Fill fed by PROGRESS frames
         self._ids = itertools.count(1)
         self._out = queue.SimpleQueue()
-        self._held = []                 # index frames that arrive while the disk index loads
-        self._loading = True
-        self._load_lock = threading.Lock()
         self.log = get_logger("ipc")
+        self._handlers = {Op.REPLY: self._on_reply, Op.PROGRESS: self._on_progress,
+                          Op.DROP_FDS: self._on_drop_fds, Op.KEYS: self._on_keys}
+        self._unhandled = _Unhandled(self.log, "worker")
         self.reader = threading.Thread(target=self._read, name="pulsys-ipc-reader", daemon=True)
         self.writer = threading.Thread(target=self._write, name="pulsys-ipc-writer", daemon=True)
 
@@ -368,19 +545,12 @@ class ParentClient:
         """Reactor thread: never blocks (the writer thread does the socket send)."""
         job_id = next(self._ids)
         self.pending[job_id] = job.reply
-        self._out.put(encode((JOB, job_id, job.target, job.method, job.host, job.body,
-                              job.content_type)))
+        self._out.put(encode(JobFrame(job_id, job.target, job.method, job.host, job.body,
+                                      job.content_type)))
 
     def send(self, msg):
+        """Queue the frame object `msg` (ReadyFrame, ServedFrame, ...) for the writer."""
         self._out.put(encode(msg))
-
-    def loaded(self):
-        """The disk index is in: apply what arrived meanwhile, then apply directly."""
-        with self._load_lock:
-            for msg in self._held:
-                self._apply_index(msg)
-            self._held = []
-            self._loading = False
 
     def stop(self):
         self._out.put(None)
@@ -404,50 +574,46 @@ class ParentClient:
         self.on_eof()
 
     def _dispatch(self, msg):
-        op = msg[0]
-        if op == PROGRESS:
-            _, token, spans, busy, state, entry, error = msg
-            f = self.proxies.get(token)
-            if f is not None:
-                self._advance(token, f, spans, busy, state, entry, error)
-        elif op == REPLY:
-            _, job_id, entry, outcome, snap = msg
-            reply = self.pending.pop(job_id, None)
-            if snap is None:
-                if reply is not None:
-                    reply(Reply(entry, None, outcome))
-                return
-            token, blob_id, size, part_path, spans, busy, state, fentry, error = snap
-            f = self.proxies.get(token)
-            if f is None:
-                f = Fill(blob_id, size, part_path)
-                if self.blob_path is not None:
-                    # where the parent renames the verified part file: a reactor that finds
-                    # the part file gone before the DONE frame arrives reads the blob
-                    f.final_path = self.blob_path(blob_id)
-                f.on_demand = self._demander(token)
-                if state == RUNNING:
-                    self.proxies[token] = f
-            self._advance(token, f, spans, busy, state, fentry, error)
+        self._handlers.get(msg.op, self._unhandled)(msg)
+
+    def _on_progress(self, m):
+        f = self.proxies.get(m.token)
+        if f is not None:
+            self._advance(m.token, f, m.spans, m.busy, m.state, m.entry, m.error)
+
+    def _on_reply(self, m):
+        reply = self.pending.pop(m.job_id, None)
+        snap = m.fill
+        if snap is None:
             if reply is not None:
-                reply(Reply(entry, f, outcome))
-        elif op == DROP_FDS:
-            if self.on_drop is not None:
-                self.on_drop(msg[1])
-        elif op == KEYS:
-            if self.on_keys is not None and msg[1] is not None:
-                self.on_keys(msg[1])
-        elif op in (PUBLISH, SET_REV, REMOVE):
-            if self._loading:
-                with self._load_lock:
-                    if self._loading:
-                        self._held.append(msg)
-                        return
-            self._apply_index(msg)
+                reply(Reply(m.entry, None, m.outcome))
+            return
+        token = snap.token
+        f = self.proxies.get(token)
+        if f is None:
+            f = Fill(snap.blob_id, snap.size, snap.part_path)
+            if self.blob_path is not None:
+                # where the parent renames the verified part file: a reactor that finds
+                # the part file gone before the DONE frame arrives reads the blob
+                f.final_path = self.blob_path(snap.blob_id)
+            f.on_demand = self._demander(token)
+            if snap.state == RUNNING:
+                self.proxies[token] = f
+        self._advance(token, f, snap.spans, snap.busy, snap.state, snap.entry, snap.error)
+        if reply is not None:
+            reply(Reply(m.entry, f, m.outcome))
+
+    def _on_drop_fds(self, m):
+        if self.on_drop is not None:
+            self.on_drop(m.paths)
+
+    def _on_keys(self, m):
+        if self.on_keys is not None and m.table is not None:
+            self.on_keys(m.table)
 
     def _demander(self, token):
         def on_demand(_fill, offset):
-            self.send((DEMAND, token, offset))   # a queue put: the reactor never blocks
+            self.send(DemandFrame(token, offset))   # a queue put: the reactor never blocks
         return on_demand
 
     def _advance(self, token, f, spans, busy, state, entry, error):
@@ -460,12 +626,3 @@ class ParentClient:
             else:
                 f.fail(error or "fill failed")
         self.proxies.pop(token, None)
-
-    def _apply_index(self, msg):
-        op = msg[0]
-        if op == PUBLISH:
-            self.index.publish(msg[1])
-        elif op == SET_REV:
-            self.index.set_rev(*msg[1:])
-        else:
-            self.index.remove(msg[1])

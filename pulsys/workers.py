@@ -5,7 +5,8 @@ processes do not. So with N > 1 the parent keeps the upstream plane (fill pool,
 authoritative index, in-flight fills), the admin listener and the N listening sockets,
 and runs one worker process per listening socket. A worker is one reactor thread (the
 process's main thread) plus two IPC threads and a counter thread; it serves warm hits
-from its own replica of the index and sends everything else to the parent as a Job.
+from the index the parent writes (one LMDB file every process maps, read-only here:
+cache/index_view.py) and sends everything else to the parent as a Job.
 
 Workers are started with fork+exec (subprocess), never a bare fork: the parent is
 multi-threaded by the time it must restart a worker, and a fork of a threaded process
@@ -33,7 +34,8 @@ import time
 from pulsys import ipc
 from pulsys import metrics as M
 from pulsys.auth.gate import Gate
-from pulsys.cache.index import Index
+from pulsys.cache.index_view import IndexView
+from pulsys.cache.indexdb import IndexDB
 from pulsys.cache.recency import RecencyReporter
 from pulsys.cache.store import Store
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
@@ -113,17 +115,6 @@ class CounterPublisher(threading.Thread):
 # -- worker process -----------------------------------------------------------------
 
 
-class _ReplicaStore(Store):
-    """A worker reads the cache's metadata and never removes anything: temp files under
-    meta/ may be the parent's writes in progress."""
-
-    def discard(self, part_path):
-        pass
-
-    def _warn(self, event, **kw):
-        pass          # the parent has logged what it skipped; N workers would repeat it
-
-
 class _LineStream:
     """Access-log stream for a worker: writes whole lines, at most PIPE_BUF bytes per
     write(2), so lines from several processes sharing stderr never interleave."""
@@ -155,18 +146,20 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides when workers stop
     link = ipc.Link(socket.socket(fileno=ipc_fd))
     hello = link.recv()
-    if hello is None or hello[0] != ipc.HELLO:
+    if type(hello) is not ipc.HelloFrame:
         return 2
-    _, worker_no, config, facts = hello
+    worker_no, config, facts = hello
     keys = link.recv()          # always the second frame (Supervisor._spawn)
-    if keys is None or keys[0] != ipc.KEYS:
+    if type(keys) is not ipc.KeysFrame:
         return 2
-    gate = Gate(keys[1]) if keys[1] is not None else None
+    gate = Gate(keys.table) if keys.table is not None else None
     configure(config.log_format, config.log_level)
     log = get_logger("worker").bind(worker=worker_no)
     listener = socket.socket(fileno=listener_fd)
     listener.setblocking(False)
-    index = Index()
+    store = Store(config.cache_dir)
+    db = IndexDB(store.root, writer=False)
+    index = IndexView(db, store.blob_path, config.revision_ttl)
     mailbox = Mailbox()
     box = {}
 
@@ -176,14 +169,10 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
             r.stop()
         else:
             os._exit(0)
-    store = _ReplicaStore(config.cache_dir)
-    client = ipc.ParentClient(link, index, on_eof, store.blob_path)
+    client = ipc.ParentClient(link, on_eof, store.blob_path)
     if gate is not None:
         client.on_keys = gate.load      # before the reader starts: no KEYS frame is missed
     client.start()
-    store.load(index, config.revision_ttl, time.monotonic())
-    store.scan = {}                   # blob sizes: only the parent keeps the accounts
-    client.loaded()
     sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
     backend = select_backend(facts, config.iouring)
     access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
@@ -194,14 +183,14 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     counters = CounterPublisher(counters_fd, row, reactor)
     counters.start()
     client.on_drop = lambda paths: mailbox.post(reactor.fdcache.forget, paths)
-    recency = RecencyReporter(reactor, lambda items: client.send((ipc.SERVED, items)),
-                              send_downloads=lambda items: client.send((ipc.DOWNLOADS, items)))
+    recency = RecencyReporter(reactor, lambda items: client.send(ipc.ServedFrame(items)),
+                              send_downloads=lambda items: client.send(ipc.DownloadsFrame(items)))
     recency.start()
     writer = None
     if access is not None:
         writer = AccessLogWriter([access], config.log_format, stream=_LineStream(2))
         writer.start()
-    client.send((ipc.READY, os.getpid(), backend, sender_name, len(index)))
+    client.send(ipc.ReadyFrame(os.getpid(), backend, sender_name, db.count()[0]))
     code = 0
     try:
         reactor.run()
@@ -218,6 +207,7 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
             writer.join(timeout=2)
         client.stop()
         client.writer.join(timeout=2)   # queued frames (the last SERVED report) go out first
+        index.close()
     return code
 
 
@@ -252,17 +242,17 @@ def _exit_text(rc):
 class Supervisor:
     """Starts one worker per listening socket, restarts the ones that die, stops them.
 
-    `submit` is the fill pool's submit; `replicas` and `relays` are the parent's ends of
-    the index broadcast and the fill progress relay (pulsys.ipc)."""
+    `submit` is the fill pool's submit; `links` and `relays` are the parent's ends of
+    the broadcasts (API keys, evicted blobs) and the fill progress relay (pulsys.ipc)."""
 
-    def __init__(self, config, facts, listeners, replicas, relays, submit, on_served=None,
+    def __init__(self, config, facts, listeners, links, relays, submit, on_served=None,
                  key_table=None):
         self.on_served = on_served        # fn([(blob id, time)]): workers' warm hits (Space)
         self.on_downloads = None          # fn([(cache key, packed)]): per-repo stats (app sets it)
         self.key_table = key_table        # fn() -> the active API keys, or None: --auth off
         self.config = config
         self.facts = facts
-        self.replicas = replicas
+        self.links = links
         self.relays = relays
         self.submit = submit
         self.slots = [_Slot(i, lst) for i, lst in enumerate(listeners)]
@@ -280,21 +270,21 @@ class Supervisor:
     def _spawn(self, slot):
         psock, csock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         link = ipc.Link(psock, timeout=LINK_TIMEOUT)
-        # HELLO is the first frame; registering under the link's lock makes every index
-        # broadcast from now on follow it, so the worker misses none of them.
+        # HELLO is the first frame; registering under the link's lock makes every
+        # broadcast (keys, evicted blobs) from now on follow it, so the worker misses none.
         with link.lock:
-            self.replicas.add(link)
-            link.send_frame_locked(ipc.encode((ipc.HELLO, slot.no, self.config, self.facts)))
+            self.links.add(link)
+            link.send_frame_locked(ipc.encode(ipc.HelloFrame(slot.no, self.config, self.facts)))
             # the keys in force now; later changes are broadcast to every link (ADR 0009)
             keys = self.key_table() if self.key_table is not None else None
-            link.send_frame_locked(ipc.encode((ipc.KEYS, keys)))
+            link.send_frame_locked(ipc.encode(ipc.KeysFrame(keys)))
         fds = (csock.fileno(), slot.listener.fileno(), self.table.fileno())
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", self._code % (fds + (slot.no,))],
                 pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)
         except BaseException:
-            self.replicas.remove(link)
+            self.links.remove(link)
             link.close()
             raise
         finally:
@@ -307,17 +297,16 @@ class Supervisor:
         slot.reader.start()
 
     def _serve(self, slot, link):
-        def on_ready(msg):
-            _, pid, backend, sender, entries = msg
-            slot.info = {"pid": pid, "backend": backend, "sender": sender,
-                         "index_entries_at_start": entries}
+        def on_ready(msg):          # an ipc.ReadyFrame
+            slot.info = {"pid": msg.pid, "backend": msg.backend, "sender": msg.sender,
+                         "index_entries_at_start": msg.index_entries}
             slot.ready.set()
         try:
             ipc.serve_worker(link, self.submit, self.relays, on_ready, self.on_served, self.on_downloads)
         except Exception:
             self.log.exception("worker link failed", worker=slot.no)
         finally:
-            self.replicas.remove(link)
+            self.links.remove(link)
             link.shutdown()
 
     def start(self):
@@ -416,6 +405,7 @@ class Supervisor:
             d = {"worker": s.no, "pid": s.proc.pid if s.proc else None,
                  "alive": s.proc is not None and s.proc.poll() is None,
                  "ready": s.ready.is_set(), "restarts": s.restarts,
+                 "frames_sent": s.link.frames if s.link is not None else 0,
                  "open_connections": row[OPEN_CONNECTIONS],
                  "counters": dict(zip(M.NAMES, row))}
             d.update(s.info)

@@ -6,11 +6,11 @@ import os
 import socket
 import time
 
-from pulsys.cache.index import Index
 from pulsys.http1.parse import parse_request_head
 from pulsys.model.entry import FILE, Entry
 from pulsys.model.key import target_key
 from pulsys.route import route
+from tests.indexes import new_index, view_of
 
 
 class RecordingRing:
@@ -42,15 +42,17 @@ class FusedHitRig:
         from pulsys.reactor.uring import OP_RECV, UringReactor
 
         self.req, self.tmp_path, self.sha, self.commit = req, tmp_path, sha, commit
-        self.index = ix = Index()
+        self.index = ix = new_index(str(tmp_path / "index"))
         self.target = t = route(parse_request_head(req, 0, len(req)))
         self.key = target_key(t, commit)
+        self.view = None
         self.publish(os.urandom(4096))
         ix.set_rev(t.rtype, t.repo, t.rev, commit, expires=1e18, fetched_at=0)
         self.sockets = [socket.socket()] + list(socket.socketpair())
         sender = load_sender(PlatformFacts.probe(), None)[1]
         self.jobs = []        # misses the reactor hands to the fill pool
-        self.reactor = r = UringReactor(self.sockets[0], ix, self.jobs.append, Mailbox(), sender, FdCache(),
+        self.view = view_of(ix)
+        self.reactor = r = UringReactor(self.sockets[0], self.view, self.jobs.append, Mailbox(), sender, FdCache(),
                                         gate=gate)
         r.ring = self.ring = RecordingRing()
         self.conn = Conn(self.sockets[1], time.monotonic())
@@ -58,14 +60,18 @@ class FusedHitRig:
         self.tag = (self.conn.fd << 3) | OP_RECV
 
     def publish(self, body, in_memory=True):
-        """Put a new Entry with this body (on disk, and in memory unless told) under the
-        file's key."""
+        """Put a new Entry with this body (on disk, and in memory unless told: the
+        reactor's IndexView reads small bodies when it decodes) under the file's key."""
         self.body = body
-        blob = self.tmp_path / ("blob%d" % len(os.listdir(self.tmp_path)))
-        blob.write_bytes(body)
-        e = Entry(FILE, self.key, len(body), self.sha, self.commit, True, "sha256/" + self.sha, str(blob))
-        e.body_mem = body if in_memory else None
-        self.index.publish(e)
+        blob_id = "sha256/" + self.sha
+        path = self.index.blob_path(blob_id)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".new", "wb") as f:
+            f.write(body)
+        os.replace(path + ".new", path)
+        if self.view is not None:
+            self.view.small_max = 16 << 10 if in_memory else 0
+        self.index.publish(Entry(FILE, self.key, len(body), self.sha, self.commit, True, blob_id, path))
 
     def deliver(self):
         n = len(self.req)

@@ -1,8 +1,8 @@
 """What the cache holds, per repo, and purging a repo (admin API: /api/v1/repos).
 
-Read from the parent's authoritative index (the one fills publish to; workers hold
-replicas). Keys are model/key.py's "kind|type|repo|rev|path|extra": every entry of a
-repo, metadata documents included, names the repo, so a purge is a scan of the index.
+Read from the index through the writer's Index. Keys are model/key.py's
+"kind|type|repo|rev|path|extra": every entry of a repo, metadata documents included,
+starts with "kind|type|repo|", so a purge is one prefix scan per kind of key.
 A blob is shared by every entry with the same content (same etag), across repos and
 revisions; a purge deletes a blob only when no entry of another repo still points at it.
 """
@@ -12,11 +12,9 @@ import threading
 from pulsys.cache.downloads import repo_of_key
 from pulsys.model import target as T
 from pulsys.model.entry import FILE
+from pulsys.model.key import REV, repo_prefix
 
-
-def _kind(key):
-    k, _, _ = key.partition("|")
-    return int(k) if k.isdigit() else 0
+CACHED_KINDS = (T.RESOLVE, T.API_INFO, T.API_TREE, T.API_PATHS_INFO)
 
 
 def _rev_of(key):
@@ -35,22 +33,25 @@ class CacheView:
 
     def repos(self):
         """[{"type", "repo", "revisions": [{"revision", "commit"}], "files", "bytes"}]:
-        files = file entries; bytes = sizes of the distinct blobs on disk."""
+        files = file entries; bytes = sizes of the distinct blobs on disk. One scan of
+        the /resolve keys that decodes no Entry (Index.peek)."""
         out = {}
-        for key, e in list(self.index.entries.items()):
-            if e.kind != FILE or _kind(key) != T.RESOLVE:
+        for k, (kind, _, blob_id, on_disk, size) in self.index.peek("%d|" % T.RESOLVE):
+            if kind != FILE:
                 continue
+            key = k.decode("utf-8", "surrogatepass")
             repo = repo_of_key(key)
             if repo is None:
                 continue
             r = out.setdefault(repo, {"files": 0, "blobs": {}, "commits": set()})
             r["files"] += 1
-            if e.blob_path is not None:
-                r["blobs"][e.blob_id] = e.size
-            if T.is_commit(e.commit):
-                r["commits"].add(e.commit)
+            if on_disk:
+                r["blobs"][blob_id] = size
+            rev = _rev_of(key)
+            if T.is_commit(rev):
+                r["commits"].add(rev)
         named = {}
-        for key, rec in list(self.index.revs.items()):
+        for key, rec in self.index.revs("%d|" % REV):
             repo = repo_of_key(key)
             if repo is not None:
                 named.setdefault(repo, []).append({"revision": _rev_of(key), "commit": rec.commit})
@@ -67,25 +68,20 @@ class CacheView:
         return docs
 
     def purge(self, rtype, repo):
-        """Remove every entry, revision mapping and metadata file of the repo, and the
-        blobs no other repo's entry points at. -> {"removed_entries", "freed_bytes",
-        "kept_shared_blobs"}, or None when nothing of the repo is cached."""
-        want = (rtype, repo)
+        """Remove every entry and revision mapping of the repo, and the blobs no other
+        repo's entry points at. -> {"removed_entries", "freed_bytes", "kept_shared_blobs"},
+        or None when nothing of the repo is cached. Prefix scans: one per kind of key."""
         with self.lock:
-            entries = self.index.entries
-            mine = [(k, e) for k, e in list(entries.items()) if repo_of_key(k) == want]
-            revs = [k for k in list(self.index.revs) if repo_of_key(k) == want]
+            mine = []
+            for kind in CACHED_KINDS:
+                mine.extend(self.index.entries(repo_prefix(kind, rtype, repo)))
+            revs = [k for k, _ in self.index.revs(repo_prefix(REV, rtype, repo))]
             if not mine and not revs:
                 return None
-            blobs = {e.blob_id: e.size for _, e in mine if e.kind == FILE and e.blob_id}
-            for k, _ in mine:
-                self.index.remove(k)         # workers' replicas too (ipc.ReplicatingIndex)
-                self.store.remove_meta(k)
-            for k in revs:
-                # workers keep the mapping until they restart; it leads to no entry now
-                self.index.drop_rev(k)
-                self.store.remove_meta(k)
-            still = {e.blob_id for e in list(entries.values()) if e.kind == FILE and e.blob_id in blobs}
+            blobs = {e.blob_id: e.size for e in mine if e.kind == FILE and e.blob_id}
+            self.index.remove_many([e.key for e in mine])   # every process reads the index
+            self.index.drop_revs(revs)
+            still = {b for b in blobs if self.index.keys_of_blob(b)}
             freed, paths = 0, []
             for blob_id, size in blobs.items():
                 if blob_id in still or not self.store.has_blob(blob_id):

@@ -113,15 +113,15 @@ class FileSets:
                 self._learn_tree(rtype, repo, rev, first, get)
 
     def learn_all(self, index):
-        """At start: every cached info, and every recursive root tree from its first page."""
-        for key, e in list(index.entries.items()):
-            if e.kind != CANNED or e.status != 200:
-                continue
-            f = split_key(key)
-            if f is None:
-                continue
-            if f[0] == T.API_INFO or (f[0] == T.API_TREE and "cursor=" not in f[5]):
-                self.learn(key, e, index.get)
+        """At start: every cached info, and every recursive root tree from its first page
+        (index: cache.index.Index; two prefix scans of its keys)."""
+        for kind in (T.API_INFO, T.API_TREE):
+            for e in index.entries("%d|" % kind):
+                if e.kind != CANNED or e.status != 200:
+                    continue
+                f = split_key(e.key)
+                if f is not None and (f[0] == T.API_INFO or "cursor=" not in f[5]):
+                    self.learn(e.key, e, index.get)
 
     def _learn_info(self, rtype, repo, entry):
         doc = _json(entry)

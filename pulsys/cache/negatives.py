@@ -1,12 +1,11 @@
 """The bound on negative entries: CANNED 4xx answers in the index (EntryNotFound,
 RepoNotFound, ...). A client may ask for any number of paths that do not exist, and each
 answer is cached (docs/architecture.md "What is cached"), so without a bound a scan of
-a million made-up names would grow the index and meta/ without limit.
+a million made-up names would grow the index without limit.
 
 Negatives keeps their keys in least-recently-used order and says which to drop once
 there are more than `cap` (--max-negative-entries); the upstream service removes those
-from the index (and so, through ipc.ReplicatingIndex, from every worker's replica) and
-their files from meta/. "Used" means published, or answered by the upstream plane
+from the index (which every process reads). "Used" means published, or answered by the upstream plane
 (pool threads): a warm hit in a reactor is not reported, so an entry that only reactors
 answer ages as if idle, and when it is dropped the next request asks upstream once and
 caches it again. Thread-safe; imports only model.
@@ -19,7 +18,11 @@ from pulsys.model.entry import CANNED
 
 
 def is_negative(entry):
-    return entry.kind == CANNED and 400 <= entry.status < 500 and entry.status != 429 and bool(entry.key)
+    return is_negative_record(entry.kind, entry.status) and bool(entry.key)
+
+
+def is_negative_record(kind, status):
+    return kind == CANNED and 400 <= status < 500 and status != 429
 
 
 class Negatives:
@@ -43,6 +46,16 @@ class Negatives:
                 return ()
             keys[key] = None
             keys.move_to_end(key)
+            victims = []
+            while len(keys) > self.cap:
+                victims.append(keys.popitem(last=False)[0])
+            return victims
+
+    def note_key(self, key):
+        """A negative entry under `key` is in the index (the scan at start)."""
+        with self._lock:
+            keys = self._keys
+            keys[key] = None
             victims = []
             while len(keys) > self.cap:
                 victims.append(keys.popitem(last=False)[0])

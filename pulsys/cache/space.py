@@ -1,9 +1,14 @@
 """Space: how many blob bytes the cache holds, the quota, and LRU eviction
 (docs/decisions/0008). Lives in the process that runs fills; pool threads only.
 
-Accounting counts the apparent size of every file under blobs/ (found by the start-up
-walk, then kept up to date by commits and evictions) plus a reservation of the
-announced size of every fill in progress. A new fill reserves before it writes:
+Accounting counts the apparent size of every blob under blobs/ plus a reservation of
+the announced size of every fill in progress. The blobs and their last-served times are
+kept in the index's `blobs` records (cache/indexdb.py): read back in the background at
+start (a fill that must reserve waits for that), written on every commit and eviction,
+and recency written every FLUSH seconds and at shutdown (a crash loses only that much
+of the eviction order); records are written under the accounts' lock, so they change in
+the order the accounts do. A blob file the records lack (a crash between the rename into
+blobs/ and the record) is adopted when an entry is published for it (`pin`). A new fill reserves before it writes:
 
     used + reserved + size <= max_bytes   -> go ahead
     otherwise, policy "none"              -> refuse (the caller answers 507)
@@ -22,10 +27,13 @@ gains an entry for a blob that was just removed. Readers that already have the f
 open keep reading: POSIX keeps an unlinked inode until its last descriptor closes.
 """
 
+import os
 import threading
 import time
 
 from pulsys import metrics as M
+
+FLUSH = 60.0          # seconds between writes of last-served times to the index
 
 
 class Space:
@@ -43,6 +51,47 @@ class Space:
         self.sources = []                 # callables -> [(blob id, monotonic time)] (reactors)
         self.evict_fn = None              # callable([(blob id, size)]) -> None
         self.running = None               # callable(blob id) -> is a fill for it running?
+        self.table = None                 # cache.index.Index: where the accounts persist
+        self.size_of = None               # callable(blob id) -> size of the file, or None
+        self.loaded = threading.Event()
+        self.loaded.set()                 # until load_from() starts a load
+        self._dirty = set()               # blobs whose last-served time is not written yet
+        self._flushed = clock()
+
+    # -- persistence -------------------------------------------------------------------
+
+    def load_from(self, table, background=True):
+        """Read the accounts from `table` (cache.index.Index), in a thread by default."""
+        self.table = table
+        self.loaded.clear()
+        if not background:
+            return self._load()
+        threading.Thread(target=self._load, name="pulsys-space-load", daemon=True).start()
+
+    def _load(self):
+        try:
+            off = time.time() - self.clock()
+            items = [(b, size, served - off) for b, size, served in self.table.blob_records()]
+            with self.lock:
+                for blob_id, size, served in items:
+                    if blob_id not in self.blobs:       # committed meanwhile: that one is newer
+                        self.blobs[blob_id] = [size, served]
+                        self.used += size
+        finally:
+            self.loaded.set()
+
+    def _wall(self, t):
+        return t + (time.time() - self.clock())
+
+    def flush(self):
+        """Write last-served times touched since the last flush."""
+        if self.table is None:
+            return
+        with self.lock:
+            dirty, self._dirty = self._dirty, set()
+            items = [(b, self.blobs[b][0], self._wall(self.blobs[b][1])) for b in dirty if b in self.blobs]
+            self._flushed = self.clock()
+            self.table.put_blobs(items)
 
     # -- start-up ------------------------------------------------------------------
 
@@ -60,10 +109,12 @@ class Space:
         """[(blob id, monotonic time)] from a reactor or a worker's report."""
         with self.lock:
             blobs = self.blobs
+            dirty = self._dirty
             for blob_id, t in items:
                 rec = blobs.get(blob_id)
                 if rec is not None and t > rec[1]:
                     rec[1] = t
+                    dirty.add(blob_id)
 
     def collect(self):
         """Pull what in-process reactors recorded since the last pull."""
@@ -71,6 +122,8 @@ class Space:
             items = source()
             if items:
                 self.touch_many(items)
+        if self._dirty and self.clock() - self._flushed >= FLUSH:
+            self.flush()
 
     def recency(self):
         """{blob id: last served (monotonic)}, e.g. for the index snapshot."""
@@ -82,6 +135,7 @@ class Space:
 
     def reserve(self, blob_id, size):
         """Reserve room for a fill of `size` bytes. False: no room (answer 507)."""
+        self.loaded.wait()
         self.collect()
         with self.lock:
             self._prune_locked()
@@ -102,6 +156,8 @@ class Space:
             self.c[M.EVICTIONS] += len(victims)
             self.c[M.EVICTED_BYTES] += freed
             self._reserve_locked(blob_id, size)
+            if self.table is not None:
+                self.table.drop_blobs([b for b, _ in victims])
         if self.evict_fn is not None:
             self.evict_fn(victims)
         return True
@@ -144,18 +200,29 @@ class Space:
             old = self.blobs.get(blob_id)
             if old is not None:
                 self.used -= old[0]
-            self.blobs[blob_id] = [size, self.clock()]
+            now = self.clock()
+            self.blobs[blob_id] = [size, now]
             self.used += size
+            if self.table is not None:
+                self.table.put_blobs([(blob_id, size, self._wall(now))])
 
     # -- publishing an entry that points at a blob -------------------------------------
 
     def pin(self, blob_id):
         """True (and the blob cannot be evicted until unpin) when the blob is on disk."""
+        self.loaded.wait()            # before the accounts are read back, no blob is known
+        rec = self.blobs.get(blob_id)
+        if rec is None and self.size_of is not None:
+            size = self.size_of(blob_id)      # on disk but not in the accounts: adopt it
+            if size is None:
+                return False
+            self.committed(blob_id, size)
         with self.lock:
             rec = self.blobs.get(blob_id)
             if rec is None:
                 return False
             rec[1] = self.clock()
+            self._dirty.add(blob_id)
             self.pins[blob_id] = self.pins.get(blob_id, 0) + 1
             return True
 
@@ -173,13 +240,15 @@ class Space:
             rec = self.blobs.pop(blob_id, None)
             if rec is not None:
                 self.used -= rec[0]
+            if self.table is not None:
+                self.table.drop_blobs([blob_id])
 
     def stats(self):
         with self.lock:
             self._prune_locked()
         return {"cache_bytes": self.used, "cache_reserved_bytes": self.reserved_total,
                 "cache_max_bytes": self.max_bytes, "cache_blobs": len(self.blobs),
-                "evict_policy": self.policy}
+                "evict_policy": self.policy, "cache_accounts_loaded": self.loaded.is_set()}
 
 
 def evictor(index, store, drop_fds, log):
@@ -189,41 +258,46 @@ def evictor(index, store, drop_fds, log):
     descriptors it keeps open for them (so their disk space is freed once no
     connection is sending from them)."""
     def evict(victims):
-        ids = {b for b, _ in victims}
-        n = 0
-        for e in list(index.entries.values()):
-            if e.blob_path is not None and e.blob_id in ids:
-                index.publish(e.with_blob(None))
-                n += 1
+        gone = []
+        for blob_id, _ in victims:
+            gone.extend(e.with_blob(None) for e in index.entries_of_blob(blob_id) if e.blob_path)
+        index.publish_many(gone)
         paths = []
         for blob_id, size in victims:
             store.remove_blob(blob_id, size)
             paths.append(store.blob_path(blob_id))
         drop_fds(paths)
         log.info("evicted least recently served blobs", blobs=len(victims),
-                 bytes=sum(s for _, s in victims), entries=n)
+                 bytes=sum(s for _, s in victims), entries=len(gone))
     return evict
 
 
+def _size_of(store):
+    def size_of(blob_id):
+        try:
+            return os.stat(store.blob_path(blob_id)).st_size
+        except OSError:
+            return None
+    return size_of
+
+
 def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log,
-              clock=time.monotonic, wall=time.time):
-    """The Space of a loaded store: every blob the load's walk found, last served when
-    the index snapshot says (or, without one, when the file was last written), wired to
-    commits, running fills and eviction."""
+              clock=time.monotonic, background=True):
+    """The Space of a store whose index is open: accounts read back from the index (in
+    the background by default), wired to commits, running fills and eviction."""
     space = Space(max_bytes, policy, counters, clock)
-    now_mono, now_wall = clock(), wall()
-    served = store.snapshot_served
-    for blob_id, (size, mtime) in store.scan.items():
-        t = served.get(blob_id)
-        t = t if isinstance(t, (int, float)) else mtime
-        space.add_existing(blob_id, size, now_mono - (now_wall - t))
-    store.scan = {}
     store.on_commit = space.committed
     space.running = lambda blob_id: inflight.get(blob_id) is not None
     space.evict_fn = evictor(index, store, drop_fds, log)
-    if max_bytes and space.used > max_bytes:
-        log.warning("the cache holds more than --cache-max-bytes; new fills will evict"
-                    if policy == "lru" else
-                    "the cache holds more than --cache-max-bytes; new fills get 507 (--evict none)",
-                    cache_bytes=space.used, cache_max_bytes=max_bytes)
+    space.size_of = _size_of(store)
+    space.load_from(index, background)
+
+    def check():
+        space.loaded.wait()
+        if max_bytes and space.used > max_bytes:
+            log.warning("the cache holds more than --cache-max-bytes; new fills will evict"
+                        if policy == "lru" else
+                        "the cache holds more than --cache-max-bytes; new fills get 507 (--evict none)",
+                        cache_bytes=space.used, cache_max_bytes=max_bytes)
+    threading.Thread(target=check, name="pulsys-space-check", daemon=True).start()
     return space

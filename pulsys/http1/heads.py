@@ -44,6 +44,9 @@ def status_line(status):
     return ("HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, "Unknown"))).encode("latin-1")
 
 
+_S200, _S206, _S304 = status_line(200), status_line(206), status_line(304)
+
+
 def _hdr(name, value):
     return ("%s: %s\r\n" % (name, clean(value))).encode("ascii")
 
@@ -53,7 +56,8 @@ class FileHeads:
                  "full_ka", "full_close")
 
 
-def _file_common(e):
+def file_common(e):
+    """The head lines every response for FILE entry `e` shares (index records keep them)."""
     h = [_hdr("Content-Type", e.content_type or "application/octet-stream"),
          _hdr("ETag", '"%s"' % e.etag)]
     if e.commit:
@@ -68,15 +72,17 @@ def _file_common(e):
     return b"".join(h)
 
 
-def prepare(entry):
-    """Render the reusable heads of a FILE entry into entry.heads; returns the entry."""
-    common = _file_common(entry)
+def prepare(entry, common=None):
+    """Render the reusable heads of a FILE entry into entry.heads; returns the entry.
+    common: file_common(entry) when the caller has it (an index record carries it)."""
+    if common is None:
+        common = file_common(entry)
     fh = FileHeads()
-    ok = status_line(200) + common + b"Content-Length: %d\r\n" % entry.size
+    ok = b"%s%sContent-Length: %d\r\n" % (_S200, common, entry.size)
     fh.ok_ka, fh.ok_close = ok + CONN_KA, ok + CONN_CLOSE
-    nm = status_line(304) + common
+    nm = _S304 + common
     fh.nm_ka, fh.nm_close = nm + CONN_KA, nm + CONN_CLOSE
-    fh.partial_prefix = status_line(206) + common
+    fh.partial_prefix = _S206 + common
     fh.size = entry.size
     body = entry.body_mem
     if body is not None:   # small file: the whole 200 response is one bytes object

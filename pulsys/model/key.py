@@ -29,6 +29,11 @@ def _field(s):
     return s
 
 
+def repo_prefix(kind, rtype, repo):
+    """The start every key of `kind` in that repo shares (prefix scans of the index)."""
+    return "%d|%s|%s|" % (kind, rtype, _field(repo))
+
+
 REV = 100  # kind used for revision -> commit mappings
 
 

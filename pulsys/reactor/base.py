@@ -213,14 +213,15 @@ class ReactorBase:
             return
         if kind == T.RESOLVE:
             e = self.index.lookup(t, conn.t0)
-            if e is not None and plan_warm(head, e, conn.plan):
+            # a blob the index names but that cannot be opened with its size is a miss: the
+            # upstream plane finds out why and repairs the entry (service._blob_gone)
+            if e is not None and plan_warm(head, e, conn.plan) and self._start(conn, e, None, "hit", warm=True):
                 c[M.CACHE_HITS] += 1
                 conn.hbase = M.H_WARM
                 self.served[e.blob_id] = conn.t0    # for LRU eviction; "" for CANNED entries
                 if e.kind == FILE and head.method == "GET":    # per-repo stats: one dict store
                     d = self.downloads
                     d[e.key] = d.get(e.key, 0) + (ONE + (conn.plan.count or len(conn.plan.head)))
-                self._start(conn, e, None, "hit")
                 return
             c[M.CACHE_MISSES] += 1
         elif kind == T.REJECT:
@@ -281,7 +282,10 @@ class ReactorBase:
         if head is not None:
             conn.head = head
 
-    def _start(self, conn, entry, fill, outcome, plan=None):
+    def _start(self, conn, entry, fill, outcome, plan=None, warm=False):
+        """Set the connection up to send `plan` for `entry`. -> False (nothing set up)
+        only for a `warm` hit whose blob cannot be opened; otherwise a body that cannot be
+        opened becomes a 503."""
         if plan is None:
             plan = conn.plan
         conn.out = plan.head + plan.body if plan.body else plan.head
@@ -292,10 +296,15 @@ class ReactorBase:
         conn.file_left = plan.count if entry.kind == FILE else 0
         conn.file_off = plan.offset
         if not conn.file_left:
-            return
+            return True
         why = self._open_body(conn, entry, fill)
-        if why is not None:
-            self._respond(conn, conn.head, 503, error_response(503, why), True)
+        if why is None:
+            return True
+        if warm:
+            conn.file_left = 0
+            return False
+        self._respond(conn, conn.head, 503, error_response(503, why), True)
+        return True
 
     def _open_body(self, conn, entry, fill):
         """Open what the body is sent from: the fill's part file (or the blob it has just
@@ -319,7 +328,7 @@ class ReactorBase:
                 return "fill failed; retry"
             entry = fill.entry
         try:
-            conn.file_fd = self.fdcache.acquire(entry.blob_path)
+            conn.file_fd = self.fdcache.acquire(entry.blob_path, entry.size)
             conn.file_path = entry.blob_path
         except OSError:
             return "cached body vanished; retry"
@@ -576,6 +585,7 @@ class ReactorBase:
         connection that reads, and the last time its socket took bytes for one that sends."""
         if self.accept_paused:
             self.resume_accept()
+        self.index.refresh()       # no old read snapshot pinned by an idle reactor
         now = self.now
         for conn in list(self.conns.values()):
             idle = now - conn.last_active

@@ -6,6 +6,7 @@ closed when that connection releases it.
 """
 
 import collections
+import errno
 import os
 
 
@@ -15,13 +16,19 @@ class FdCache:
         self._fds = collections.OrderedDict()   # path -> [fd, refs]
         self._doomed = {}                       # fd -> refs, evicted while in use
 
-    def acquire(self, path):
+    def acquire(self, path, size=None):
+        """An fd of `path`. A file opened now that does not have `size` bytes (when given)
+        raises OSError(EIO): the index says it holds a verified blob of that size, and a
+        file of another size there was changed by something other than pulsys."""
         rec = self._fds.get(path)
         if rec is not None:
             self._fds.move_to_end(path)
             rec[1] += 1
             return rec[0]
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        if size is not None and os.fstat(fd).st_size != size:
+            os.close(fd)
+            raise OSError(errno.EIO, "blob has the wrong size", path)
         self._fds[path] = [fd, 1]
         if len(self._fds) > self.capacity:
             self._evict()

@@ -282,16 +282,17 @@ class UringReactor(ReactorBase):
         in-memory limit, ranges of them): what on_request does for a hit, minus parse,
         route, lookup and plan; the send goes through the shared state machine."""
         head, entry, plan = a.file
+        conn.head, conn.t0, conn.close_after, conn.hbase = head, t0, False, H_WARM
+        if not self._start(conn, entry, None, "hit", plan, warm=True):
+            return False      # the blob cannot be opened: the general step makes it a miss
         c = self.counters
         c[_REQUESTS] += 1
         c[_HITS] += 1
-        conn.head, conn.t0, conn.close_after, conn.hbase = head, t0, False, H_WARM
         self.served[a.blob] = t0
         k = a.dkey
         if k is not None:
             d = self.downloads
             d[k] = d.get(k, 0) + a.dcount
-        self._start(conn, entry, None, "hit", plan)
         self.advance(conn)
         return True
 

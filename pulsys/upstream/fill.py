@@ -264,7 +264,7 @@ class FillRun:
             raise CacheCorrupt("content does not match %s" % entry.blob_id)
         fill.final_path = up.store.blob_path(entry.blob_id)
         path = up.store.commit_blob(fill.part_path, entry.blob_id)
-        done = up.store.attach_small_body(entry.with_blob(path))
+        done = entry.with_blob(path)
         up.publish(done)
         with self.lock:
             self.ended = True

@@ -22,7 +22,7 @@ import requests
 
 from pulsys import metrics as M
 from pulsys.cache.filesets import FileSets
-from pulsys.cache.negatives import Negatives, is_negative
+from pulsys.cache.negatives import Negatives, is_negative, is_negative_record
 from pulsys.errors import UpstreamError, UpstreamRefused
 from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
@@ -88,14 +88,20 @@ class Upstream:
         self.wall = wall
         self.log = get_logger("upstream")
         # what the cache knows is absent: commits' complete file lists (rebuilt from the
-        # cached API documents), and the LRU bound on negative entries (applied to what
-        # was loaded, before any worker loads meta/)
+        # cached API documents), and the LRU bound on negative entries; both learn what
+        # the index holds in learn_index(), which the app runs in the background
         self.files = FileSets()
-        self.files.learn_all(index)
         self.negatives = Negatives(config.max_negative_entries)
+
+    def learn_index(self):
+        """Read the index once: complete file lists, and negative entries (oldest first
+        by key order, which is as good as any: the index keeps no use times) within
+        --max-negative-entries. Pool-thread safe; runs while the server serves."""
+        self.files.learn_all(self.index)
         victims = []
-        for e in list(index.entries.values()):
-            victims.extend(self.negatives.note(e))
+        for k, (kind, status, _, _, _) in self.index.peek():
+            if is_negative_record(kind, status):
+                victims.extend(self.negatives.note_key(k.decode("utf-8", "surrogatepass")))
         self._drop_negatives(victims)
 
     # -- plumbing ---------------------------------------------------------------
@@ -144,10 +150,6 @@ class Upstream:
             if pinned:
                 space.unpin(entry.blob_id)   # the index has it now; eviction will find it there
         wall, immutable = self.wall(), entry.expires == 0
-        try:
-            self.store.save_entry(entry, wall, immutable)
-        except OSError as e:
-            self.log.warning("metadata not persisted", key=entry.key, error=str(e))
         if self.shared is not None:
             self.shared.entry_saved(entry, wall, immutable)
         self.bound_negatives(entry)
@@ -159,15 +161,16 @@ class Upstream:
             self._drop_negatives(victims)
 
     def _drop_negatives(self, keys):
-        """Remove evicted negative entries from the index (the workers' replicas too, via
-        ipc.ReplicatingIndex.remove) and their files from meta/."""
+        """Remove evicted negative entries from the index (every process reads it)."""
+        gone = []
         for key in keys:
             e = self.index.get(key)
             if e is None or not is_negative(e):
                 continue          # purged meanwhile, or a positive answer took the key
-            self.index.remove(key)
-            self.store.remove_meta(key)
-            self.c[M.NEGATIVE_EVICTIONS] += 1
+            gone.append(key)
+        if gone:
+            self.index.remove_many(gone)
+            self.c[M.NEGATIVE_EVICTIONS] += len(gone)
 
     space = None    # cache.space.Space (app sets it): quota, eviction, pins
     shared = None   # upstream.shared_tier.SharedTier (app sets it with --shared-store)
@@ -181,10 +184,6 @@ class Upstream:
             return
         now_wall = self.wall()
         self.index.set_rev(rtype, repo, rev, commit, self.clock() + self.ttl, now_wall)
-        try:
-            self.store.save_rev(rev_key(rtype, repo, rev), rtype, repo, rev, commit, now_wall)
-        except OSError as e:
-            self.log.warning("revision not persisted", repo=repo, rev=rev, error=str(e))
         if self.shared is not None:
             self.shared.rev_saved(rev_key(rtype, repo, rev), rtype, repo, rev, commit, now_wall)
 
@@ -288,6 +287,8 @@ class Upstream:
     def _resolve(self, job):
         t = job.target
         e = self.index.lookup(t, self.clock())
+        if e is not None and e.blob_path is not None and not self.store.has_blob(e.blob_id, e.size):
+            e = self._blob_gone(e)
         if e is not None and (job.method == "HEAD" or e.blob_path or e.kind == CANNED and not e.head_only):
             if e.kind == CANNED:
                 self.bound_negatives(e)     # used: the newest of the negative entries again
@@ -364,6 +365,17 @@ class Upstream:
             self._publish(entry)
         return job.reply(Reply(entry, None, "passthrough"))
 
+    def _blob_gone(self, e):
+        """The index says e's blob is on disk and it is not (removed by hand, or moved to
+        quarantine by `pulsys verify` while an older index was in use): metadata only."""
+        self.log.warning("blob missing from blobs/ or of the wrong size; entries of it become metadata only",
+                         blob=e.blob_id, key=e.key)
+        self.index.publish_many([x.with_blob(None) for x in self.index.entries_of_blob(e.blob_id)
+                                 if x.blob_path is not None])
+        if self.space is not None:
+            self.space.forget(e.blob_id)
+        return e.with_blob(None)
+
     def _method_for(self, job, t):
         """HEAD for a GET that revalidates a regular file whose blob is on disk: the Hub
         answers a GET of a regular file with its body, so a GET after --revision-ttl
@@ -408,7 +420,7 @@ class Upstream:
         if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
             if resp is not None:
                 resp.close()
-            entry = self.store.attach_small_body(entry.with_blob(self.store.blob_path(blob_id)))
+            entry = entry.with_blob(self.store.blob_path(blob_id))
             self._publish(entry)
             return job.reply(Reply(entry, None, "hit-blob"))
         if job.method == "HEAD":
@@ -432,7 +444,7 @@ class Upstream:
             # part file is a link to it, so a request that joined meanwhile reads the blob
             if resp is not None:
                 resp.close()
-            entry = self.store.attach_small_body(entry.with_blob(self.store.blob_path(blob_id)))
+            entry = entry.with_blob(self.store.blob_path(blob_id))
             self._publish(entry)
             fill.finish(entry)
             self.inflight.done(fill)
@@ -457,9 +469,8 @@ class Upstream:
         flagged copy of `entry`."""
         blob_id = entry.blob_id
         self.store.add_suspect(blob_id)
-        for e in [e for e in list(self.index.entries.values()) if e.blob_id == blob_id]:
-            if not e.restart_resumes:
-                self._publish_entry(e.with_expiry(e.expires))    # flagged by _publish_entry
+        self.index.publish_many([self.store.flag_suspect(e) for e in self.index.entries_of_blob(blob_id)
+                                 if not e.restart_resumes])
         return self.store.flag_suspect(entry.with_expiry(entry.expires))
 
     def _cannot_store(self, job, blob_id, e):

@@ -202,7 +202,7 @@ class SharedTier:
         return float(doc["fetched_at"]) + up.ttl - now_wall
 
     def _entry(self, up, key, body_url, now_wall, now_mono):
-        """The bucket's fresh Entry for `key`, published here (index and meta/), or None."""
+        """The bucket's fresh Entry for `key`, published here (in the index), or None."""
         doc = self._get_doc(key)
         if doc is None:
             return None
@@ -226,10 +226,6 @@ class SharedTier:
 
     def _adopt(self, up, entry, fetched_at, immutable):
         up.index.publish(entry)
-        try:
-            self.store.save_entry(entry, fetched_at, immutable)
-        except OSError as e:
-            up.log.warning("metadata not persisted", key=entry.key, error=str(e))
         if immutable:
             self._know(entry.key, _digest(entry.to_json()))
         up.bound_negatives(entry)      # --max-negative-entries counts the bucket's too
@@ -252,10 +248,6 @@ class SharedTier:
         if left <= 0:
             return None
         up.index.set_rev(t.rtype, t.repo, t.rev, commit, now_mono + left, fetched)
-        try:
-            self.store.save_rev(key, t.rtype, t.repo, t.rev, commit, fetched)
-        except OSError as e:
-            up.log.warning("revision not persisted", repo=t.repo, rev=t.rev, error=str(e))
         self.c[M.SHARED_META_HITS] += 1
         return commit
 
@@ -311,7 +303,7 @@ class SharedTier:
             return False
         store = up.store
         if store.has_blob(e.blob_id, e.size):
-            done = store.attach_small_body(e.with_blob(store.blob_path(e.blob_id)))
+            done = e.with_blob(store.blob_path(e.blob_id))
             up.publish(done)
             job.reply(Reply(done, None, "hit-blob"))
             return True

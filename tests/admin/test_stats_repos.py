@@ -1,6 +1,6 @@
 """GET /api/v1/stats, GET /api/v1/repos and purging a repo, against a running pulsys
 with one listener and with two worker processes (whose per-repo counts reach the parent
-in DOWNLOADS frames, and whose index replicas must drop a purged repo). The fake Hub's
+in DOWNLOADS frames, and which all read the one index a purge changes). The fake Hub's
 counters prove what a purge made pulsys fetch again and what it kept."""
 
 import hashlib

@@ -148,8 +148,8 @@ def test_a_reader_mid_body_finishes_when_its_blob_is_evicted_and_the_fd_is_then_
 
 
 def test_a_clean_restart_keeps_the_index_and_the_lru_order(hub, repo, make_server, tmp_path):
-    """Shutdown writes the index snapshot, with last-served times (a worker's last hits
-    reach the parent as it stops); the next start loads it and removes it."""
+    """Shutdown writes last-served times into the index (a worker's last hits reach the
+    parent as it stops); the next start reads them back with the quota accounts."""
     cache = str(tmp_path / "c")
     srv = make_server(hub, cache_dir=cache, cache_max_bytes=str(2 * MIB + MIB // 2), auth="off")
     assert get(srv, "a").content == A
@@ -158,11 +158,8 @@ def test_a_clean_restart_keeps_the_index_and_the_lru_order(hub, repo, make_serve
     assert get(srv, "a").content == A    # warm, recorded only by the reactor that served it
     srv.stop()
     srv.shutdown()
-    snap = os.path.join(cache, "v1", "index-snapshot.json")
-    assert os.path.exists(snap)
     srv = make_server(hub, cache_dir=cache, cache_max_bytes=str(2 * MIB + MIB // 2), auth="off")
-    assert srv.load_stats["from"] == "snapshot" and srv.load_stats["entries"] >= 2
-    assert not os.path.exists(snap)      # a crash from now on must not find a stale one
+    assert srv.load_stats["from"] == "index" and srv.load_stats["entries"] >= 2
     assert get(srv, "c").content == C    # evicts b: by file times a (filled first) would go
     assert not os.path.exists(blob_path(cache, B)) and os.path.exists(blob_path(cache, A))
     hub.reset_counters()

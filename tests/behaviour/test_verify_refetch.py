@@ -1,6 +1,7 @@
 """`pulsys verify` on a real cache: a blob corrupted on disk (same size, so start-up
-cannot tell) is found and quarantined by `python -m pulsys verify`, and a server started
-on the directory afterwards refetches it from the fake Hub and serves the right bytes."""
+cannot tell) is found and quarantined by `python -m pulsys verify`, its entry becomes
+metadata only in the index, and a server started on the directory afterwards refetches
+it from the fake Hub and serves the right bytes."""
 
 import json
 import os
@@ -9,6 +10,8 @@ import sys
 
 import requests
 
+from pulsys.cache.index_import import open_index
+from pulsys.cache.store import Store
 from pulsys.testing.fake_hub import git_blob_sha1, sha256_hex
 from tests.conftest import ROOT
 
@@ -20,6 +23,13 @@ def verify(cache, *extra):
     env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-m", "pulsys", "verify", "--cache-dir", cache, *extra],
                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+
+
+class _Quiet:
+    def info(self, *a, **kw):
+        pass
+
+    warning = info
 
 
 def test_corrupt_blob_is_quarantined_then_refetched(hub, make_server, tmp_path):
@@ -38,12 +48,22 @@ def test_corrupt_blob_is_quarantined_then_refetched(hub, make_server, tmp_path):
     p = verify(cache)
     assert p.returncode == 1, p.stderr
     assert "bad blob sha256/%s: content does not match its name" % sha in p.stdout
-    assert "result: 1 problem(s) found and quarantined" in p.stdout
+    assert "entries now metadata only: 1 (blob quarantined: 1;" in p.stdout
+    assert "result: 1 problem(s) found; bad blobs quarantined, the index repaired" in p.stdout
     p = verify(cache, "--json")                       # a second run finds a clean cache
     rep = json.loads(p.stdout)
     assert p.returncode == 0 and rep["problems"] == 0 and rep["blobs_checked"] == 1
+    assert rep["entries_to_refetch"] == 0 and rep["index"]["source"] == "index"
     assert not os.path.exists(path)
     assert os.path.exists(os.path.join(cache, "v1", "quarantine", "blobs", "sha256", sha))
+    st = Store(cache)
+    index = open_index(st, 0.0, _Quiet())[0]
+    try:                                              # the index no longer points at it
+        assert [e.blob_path for e in index.entries_of_blob("sha256/" + sha)] == [None]
+        assert "sha256/" + sha not in {b for b, _, _ in index.blob_records()}
+        assert "sha1/" + git_blob_sha1(CFG) in {b for b, _, _ in index.blob_records()}
+    finally:
+        index.db.close()
     hub.reset_counters()
     srv = make_server(hub, cache_dir=cache, auth="off")
     r = requests.get(srv.url + "/org/v/resolve/main/w.safetensors", timeout=30)

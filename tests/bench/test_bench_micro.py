@@ -9,7 +9,6 @@ runs each body once, as a plain test.
 
 import pytest
 
-from pulsys.cache.index import Index
 from pulsys.http1.heads import render_partial
 from pulsys.http1.parse import parse_request_head
 from pulsys.model import target as T
@@ -18,6 +17,7 @@ from pulsys.model.key import target_key
 from pulsys.model.request import RequestHead
 from pulsys.route import route
 from pulsys.warm import WarmPlan, plan_warm
+from tests.indexes import new_index, view_of
 
 pytestmark = pytest.mark.benchmark(max_time=0.5, min_rounds=20, warmup=True)
 
@@ -47,25 +47,30 @@ def head(target=PATH, method="GET", rng=None):
     return h
 
 
-def file_entry(ix, repo="openai-community/gpt2", path="model.safetensors", size=SIZE):
+def file_entry(ix, repo="openai-community/gpt2", path="model.safetensors", size=SIZE, publish=True):
     t = T.Target(T.RESOLVE, "model", repo, COMMIT, path)
     e = Entry(FILE, target_key(t), size, SHA256, COMMIT, True, "sha256/" + SHA256, "/cache/blobs/" + SHA256,
               content_type="application/octet-stream")
-    ix.publish(e)    # renders the reusable heads
-    return ix.get(e.key)
+    if not publish:
+        return e
+    ix.publish(e)
+    return ix.get(e.key)    # as decoded from its record, heads rendered
 
 
-def big_index():
-    """An index with 10,000 files in 1,000 repos and `main` mapped to a commit for each."""
-    ix = Index()
+def big_index(root):
+    """An index with 10,000 files in 1,000 repos and `main` mapped to a commit for each,
+    and a reactor's view of it. -> (view, the gpt2 entry as the view first decoded it)"""
+    ix = new_index(root)
+    entries = []
     for r in range(1000):
         repo = "org%d/model%d" % (r, r)
-        for f in range(10):
-            file_entry(ix, repo, "shard-%05d.safetensors" % f, 1000 + f)
+        entries.extend(file_entry(ix, repo, "shard-%05d.safetensors" % f, 1000 + f, False) for f in range(10))
         ix.set_rev("model", repo, "main", COMMIT, expires=1e18, fetched_at=0)
-    entry = file_entry(ix)
+    ix.publish_many(entries)
+    file_entry(ix)
     ix.set_rev("model", "openai-community/gpt2", "main", COMMIT, expires=1e18, fetched_at=0)
-    return ix, entry
+    view = view_of(ix)
+    return view, view.lookup(route(head()), 1000.0)
 
 
 def test_parse_request_head(benchmark):
@@ -86,28 +91,56 @@ def test_route_resolve(benchmark):
     assert t.upstream_path == PATH
 
 
-def test_index_lookup_branch_memoised(benchmark):
+def test_index_lookup_branch_memoised(benchmark, tmp_path):
     # The warm path: the reactor remembers (head, Target) per exact head bytes, so the Target and its
-    # keys are reused; a branch costs the revision-mapping lookup plus the entry lookup.
-    ix, entry = big_index()
+    # keys are reused; a branch costs the revision-mapping lookup plus the entry lookup, both
+    # answered by the reactor's memo while the index generation is unchanged.
+    view, entry = big_index(str(tmp_path))
     t = route(head())
-    e = benchmark(ix.lookup, t, 1000.0)
+    e = benchmark(view.lookup, t, 1000.0)
     assert e is entry and e.size == SIZE and e.commit == COMMIT
-    assert ix.lookup(t, 1e18 + 1) is None           # a stale mapping is a miss
+    assert view.lookup(t, 1e18 + 1) is None           # a stale mapping is a miss
 
 
-def test_index_lookup_first_time(benchmark):
+def test_index_lookup_first_time(benchmark, tmp_path):
     # A Target fresh from route(): the keys are built on this lookup.
-    ix, entry = big_index()
+    view, entry = big_index(str(tmp_path))
 
     def lookup():
-        return ix.lookup(route(head()), 1000.0)
+        return view.lookup(route(head()), 1000.0)
     e = benchmark(lookup)
     assert e is entry
 
 
+def test_index_lookup_memo_miss(benchmark, tmp_path):
+    # What a reactor pays for a key it has not decoded (or after its memo started over):
+    # two LMDB gets (mapping, entry) and one record decoded with its heads.
+    view, entry = big_index(str(tmp_path))
+    t = route(head())
+
+    def lookup():
+        view.memo.clear()
+        return view.lookup(t, 1000.0)
+    e = benchmark(lookup)
+    assert e is not entry and e.key == entry.key and e.heads.ok_ka == entry.heads.ok_ka
+
+
+def test_index_revalidate_after_a_change(benchmark, tmp_path):
+    # Another key changed (gen moved): a hot key costs one LMDB get per key, no decode.
+    view, entry = big_index(str(tmp_path))
+    t = route(head())
+    decodes, reads = view.decodes, view.reads
+
+    def changed_then_lookup():
+        for m in view.memo.values():
+            m[0] = -1          # as if the writer had bumped gen since every key was read
+        return view.lookup(t, 1000.0)
+    e = benchmark(changed_then_lookup)
+    assert e is entry and view.decodes == decodes and view.reads > reads
+
+
 def test_plan_warm_full_get(benchmark):
-    entry = file_entry(Index())
+    entry = file_entry(new_index())
     h, plan = head(), WarmPlan()
     h.keep_alive = True
     ok = benchmark(plan_warm, h, entry, plan)
@@ -117,7 +150,7 @@ def test_plan_warm_full_get(benchmark):
 
 
 def test_plan_warm_range(benchmark):
-    entry = file_entry(Index())
+    entry = file_entry(new_index())
     h, plan = head(rng="bytes=1048576-2097151"), WarmPlan()
     ok = benchmark(plan_warm, h, entry, plan)
     assert ok and plan.status == 206 and (plan.offset, plan.count) == (1048576, 1048576)
@@ -125,7 +158,7 @@ def test_plan_warm_range(benchmark):
 
 
 def test_render_partial(benchmark):
-    entry = file_entry(Index())
+    entry = file_entry(new_index())
     fh = entry.heads
     out = benchmark(render_partial, fh, 100, 199, True)
     assert out == (fh.partial_prefix + b"Content-Range: bytes 100-199/%d\r\nContent-Length: 100\r\n"

@@ -4,12 +4,12 @@ is absent, and the bound on negative entries. Pure, no sockets."""
 import json
 
 from pulsys.cache.filesets import FileSets, first_page_query, next_query
-from pulsys.cache.index import Index
 from pulsys.cache.negatives import Negatives
 from pulsys.model import target as T
 from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.key import cache_key, split_key
 from pulsys.upstream.negative import entry_not_found, paths_not_found
+from tests.indexes import new_index
 
 C = "a" * 40
 
@@ -60,22 +60,22 @@ def test_tree_queries_that_list_the_whole_commit():
     assert next_query((("Content-Type", "application/json"),)) == ""
 
 
-def _page(paths, next_q=None):
+def _page(paths, next_q=None, key=""):
     headers = (("Link", '<http://hub/api/models/o/n/tree/%s?%s>; rel="next"' % (C, next_q)),) if next_q else ()
-    return Entry(CANNED, "", status=200, headers=headers,
+    return Entry(CANNED, key, status=200, headers=headers,
                  body=json.dumps([{"type": "file", "path": p} for p in paths]).encode())
 
 
-def test_a_tree_is_complete_only_with_every_page_and_at_the_root():
-    idx = Index()
+def test_a_tree_is_complete_only_with_every_page_and_at_the_root(tmp_path):
+    idx = new_index(str(tmp_path))
     k1 = cache_key(T.API_TREE, "model", "o/n", C, "", "recursive=true")
     k2 = cache_key(T.API_TREE, "model", "o/n", C, "", "recursive=true&cursor=2")
-    idx.entries[k1] = _page(["a.json"], "recursive=true&cursor=2")
+    idx.publish(_page(["a.json"], "recursive=true&cursor=2", k1))
     fs = FileSets()
     fs.learn_all(idx)
     assert not fs.knows("model", "o/n", C)                      # page 2 is not cached
-    idx.entries[k2] = _page(["b/c.json"])
-    fs.learn(k2, idx.entries[k2], idx.get)
+    idx.publish(_page(["b/c.json"], key=k2))
+    fs.learn(k2, idx.get(k2), idx.get)
     assert fs.missing("model", "o/n", C, "z.json") and not fs.missing("model", "o/n", C, "b/c.json")
     sub = FileSets()
     ks = cache_key(T.API_TREE, "model", "o/n", C, "b", "recursive=true")

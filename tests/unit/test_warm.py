@@ -1,4 +1,4 @@
-from pulsys.cache.index import Index
+from pulsys.http1.heads import prepare
 from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.request import RequestHead
 from pulsys.warm import WarmPlan, plan_warm
@@ -9,7 +9,7 @@ COMMIT = "c" * 40
 
 def entry(blob="/blob", size=1000):
     e = Entry(FILE, "k", size, SHA256, COMMIT, True, "sha256/" + SHA256, blob)
-    Index().publish(e)  # prepares heads
+    prepare(e)
     return e
 
 
@@ -119,7 +119,7 @@ def test_header_values_from_upstream_cannot_inject_lines():
 def small_entry(body=b"0123456789"):
     e = Entry(FILE, "k", len(body), SHA256, COMMIT, True, "sha256/" + SHA256, "/blob")
     e.body_mem = body
-    Index().publish(e)
+    prepare(e)
     return e
 
 

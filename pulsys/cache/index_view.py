@@ -1,0 +1,154 @@
+"""IndexView: one reactor's read side of the index, with a memo of hot answers.
+
+Every process reads the same LMDB file (cache/indexdb.py); nothing is loaded at start
+and nothing is broadcast. A reactor remembers what it decoded, per key, with the
+index generation (`gen`, an mmap'd word the writer bumps after each commit) it read it
+at:
+
+  - gen unchanged since: the remembered value answers (one dict get, one word read);
+  - gen changed: one LMDB get in a fresh read transaction; when the record's bytes are
+    the ones remembered, the remembered value answers again and is stamped with the new
+    gen, so one change elsewhere costs each hot key one LMDB read, not a decode;
+  - otherwise the record is decoded (~2 us) and its heads assembled from the head lines
+    the record carries.
+
+A miss is remembered too (so a burst of requests for a cold file asks LMDB once per
+generation). The read transaction is reused while gen is unchanged and dropped by
+refresh() (the reactor's sweep, once a second) when it is behind, so an idle reactor
+never pins an old snapshot for long. Small files (<= small_max) get their bytes read
+once per decode: a remembered hit on one is then a single send of head + body.
+
+The memo is bounded: at `memo_max` keys or `memo_bytes` of small bodies it starts over.
+One thread (the reactor's) uses a view.
+"""
+
+import os
+
+from pulsys.cache import record as R
+from pulsys.cache.index import RevRecord, points_back, resolve
+from pulsys.cache.indexdb import lkey, offset
+from pulsys.http1.heads import prepare
+from pulsys.model.entry import FILE
+from pulsys.model.key import rev_key, target_key
+
+SMALL_BODY_MAX = 16 * 1024
+MEMO_MAX = 8192
+MEMO_BYTES = 32 << 20
+
+
+def read_small(path, size):
+    """The whole blob when it has `size` bytes, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, size + 1, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == size else None
+
+
+class IndexView:
+    def __init__(self, db, blob_path, ttl=0.0, small_max=SMALL_BODY_MAX, memo_max=MEMO_MAX,
+                 memo_bytes=MEMO_BYTES):
+        self.db = db
+        self.ttl = ttl          # --revision-ttl, as the writer's (cache/record.py)
+        self.env = db.env
+        self.genv = db.genv
+        self.blob_path = blob_path
+        self.small_max = small_max
+        self.memo_max = memo_max
+        self.memo_bytes = memo_bytes
+        self.memo = {}          # key -> [gen, record bytes or None, Entry / RevRecord / None]
+        self.body_bytes = 0
+        self._tx = None
+        self._txgen = -1
+        self.offset = offset()
+        self.reads = 0          # LMDB gets (memo misses and revalidations), for tests and stats
+        self.decodes = 0
+
+    @property
+    def gen(self):
+        return self.genv[0]
+
+    def refresh(self):
+        """Drop a read snapshot older than the index; re-read the clock offset."""
+        if self._tx is not None and self._txgen != self.genv[0]:
+            self._tx.abort()
+            self._tx = None
+        self.offset = offset()
+
+    def close(self):
+        if self._tx is not None:
+            self._tx.abort()
+            self._tx = None
+
+    def _raw(self, dbi, key, g):
+        tx = self._tx
+        if tx is None or self._txgen != g:
+            if tx is not None:
+                tx.abort()
+            tx = self._tx = self.env.begin()
+            self._txgen = g
+        self.reads += 1
+        return tx.get(lkey(key), db=dbi)
+
+    def _remember(self, key, g, raw, value):
+        memo = self.memo
+        if len(memo) >= self.memo_max or self.body_bytes > self.memo_bytes:
+            memo.clear()
+            self.body_bytes = 0
+        memo[key] = [g, raw, value]
+        return value
+
+    def entry(self, key):
+        m = self.memo.get(key)
+        if m is not None and m[0] == self.genv[0]:
+            return m[2]
+        return self._reread(key, m, self.db.entries, self._decode_entry)
+
+    def rev_by_key(self, rk):
+        m = self.memo.get(rk)
+        if m is not None and m[0] == self.genv[0]:
+            return m[2]
+        return self._reread(rk, m, self.db.revs, self._decode_rev)
+
+    def _reread(self, key, m, dbi, decode):
+        """The memo is behind the index (or never saw `key`): read the record again; the
+        remembered value stands when the record is the same bytes."""
+        g = self.genv[0]
+        raw = self._raw(dbi, key, g)
+        if m is not None and m[1] == raw:
+            m[0] = g
+            return m[2]
+        return self._remember(key, g, raw, decode(raw) if raw is not None else None)
+
+    def _decode_entry(self, raw):
+        self.decodes += 1
+        e, common = R.decode_entry(raw, self.blob_path, self.offset, self.ttl)
+        if e.kind == FILE:
+            if e.blob_path is not None and e.size <= self.small_max:
+                e.body_mem = read_small(e.blob_path, e.size)
+                if e.body_mem is not None:
+                    self.body_bytes += e.size
+            prepare(e, common)
+        return e
+
+    def _decode_rev(self, raw):
+        return RevRecord(*R.decode_rev(raw, self.offset, self.ttl))
+
+    def lookup(self, t, now):
+        return resolve(t, now, self.entry, self.rev_by_key)[0]
+
+    def lookup_until(self, t, now):
+        return resolve(t, now, self.entry, self.rev_by_key)
+
+    def lookup_stale(self, t):
+        e = self.entry(target_key(t))
+        if e is not None and not points_back(t, e):
+            return e
+        r = self.rev_by_key(rev_key(t.rtype, t.repo, t.rev))
+        return self.entry(target_key(t, r.commit)) if r is not None else None
