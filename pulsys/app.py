@@ -327,9 +327,16 @@ class ProcessServer(_Base):
         return self
 
     def wait(self):
+        restarts = 0
         while not self._stop.wait(0.1):
             try:
                 self.supervisor.check()
+                n = sum(s.restarts for s in self.supervisor.slots)
+                if n != restarts:
+                    # a worker killed inside a read transaction left its reader slot
+                    # taken; freed, so old index pages can be reused (indexdb.py)
+                    restarts = n
+                    self.index.db.env.reader_check()
             except WorkerError as e:
                 self.log.error("giving up", reason=str(e))
                 self.failed, self.fail_message = True, str(e)

@@ -13,7 +13,9 @@ at:
     the record carries.
 
 A miss is remembered too (so a burst of requests for a cold file asks LMDB once per
-generation). The read transaction is reused while gen is unchanged and dropped by
+generation). A hit is also kept on the Target it answered (`seen`), which the reactor
+keeps per exact request head: the next lookup of that Target is then one attribute read
+and one word read. The read transaction is reused while gen is unchanged and dropped by
 refresh() (the reactor's sweep, once a second) when it is behind, so an idle reactor
 never pins an old snapshot for long. Small files (<= small_max) get their bytes read
 once per decode: a remembered hit on one is then a single send of head + body.
@@ -141,10 +143,22 @@ class IndexView:
         return RevRecord(*R.decode_rev(raw, self.offset, self.ttl))
 
     def lookup(self, t, now):
-        return resolve(t, now, self.entry, self.rev_by_key)[0]
+        s = t.seen
+        if s is not None and s[0] == self.genv[0] and now < s[2]:
+            return s[1]
+        return self.lookup_until(t, now)[0]
 
     def lookup_until(self, t, now):
-        return resolve(t, now, self.entry, self.rev_by_key)
+        """The lookup rule (cache/index.py resolve) through the memo; a hit is also kept
+        on the Target (reactors keep their Targets per exact head), so the next lookup of
+        it, while gen is unchanged and the answer fresh, is one attribute and one word."""
+        g = self.genv[0]
+        s = t.seen
+        if s is not None and s[0] == g and now < s[2]:
+            return s[1], s[2]
+        e, until = resolve(t, now, self.entry, self.rev_by_key)
+        t.seen = (g, e, until) if e is not None else None
+        return e, until
 
     def lookup_stale(self, t):
         e = self.entry(target_key(t))

@@ -22,7 +22,7 @@ URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 
 class Target:
     __slots__ = ("kind", "rtype", "repo", "rev", "path", "query", "upstream_path",
-                 "status", "message", "allow", "key", "rkey", "ckey", "body_url")
+                 "status", "message", "allow", "key", "rkey", "ckey", "body_url", "seen")
 
     def __init__(self, kind, rtype="", repo="", rev="", path="", query="", upstream_path="",
                  status=0, message=""):
@@ -40,6 +40,16 @@ class Target:
         self.key = None               # cache key, filled in by the first index lookup
         self.rkey = None              # revision-mapping key, likewise
         self.ckey = None              # (commit, cache key at that commit), likewise
+        self.seen = None              # (index gen, Entry, fresh until): a reactor's last hit on it
+
+    def __getstate__(self):
+        """Pickled (a Job to the parent) without `seen`: an Entry there is this process's."""
+        return None, {n: getattr(self, n) for n in self.__slots__ if n != "seen"}
+
+    def __setstate__(self, state):
+        self.seen = None
+        for n, v in state[1].items():
+            setattr(self, n, v)
 
     def __repr__(self):
         return "Target(%s %s %s@%s %r)" % (KIND_NAMES.get(self.kind), self.rtype, self.repo,

@@ -93,8 +93,8 @@ def test_route_resolve(benchmark):
 
 def test_index_lookup_branch_memoised(benchmark, tmp_path):
     # The warm path: the reactor remembers (head, Target) per exact head bytes, so the Target and its
-    # keys are reused; a branch costs the revision-mapping lookup plus the entry lookup, both
-    # answered by the reactor's memo while the index generation is unchanged.
+    # keys are reused; the Target keeps the reactor's last hit on it (IndexView: valid while
+    # the index generation is unchanged and the answer fresh).
     view, entry = big_index(str(tmp_path))
     t = route(head())
     e = benchmark(view.lookup, t, 1000.0)
@@ -120,6 +120,7 @@ def test_index_lookup_memo_miss(benchmark, tmp_path):
 
     def lookup():
         view.memo.clear()
+        t.seen = None
         return view.lookup(t, 1000.0)
     e = benchmark(lookup)
     assert e is not entry and e.key == entry.key and e.heads.ok_ka == entry.heads.ok_ka
@@ -134,6 +135,7 @@ def test_index_revalidate_after_a_change(benchmark, tmp_path):
     def changed_then_lookup():
         for m in view.memo.values():
             m[0] = -1          # as if the writer had bumped gen since every key was read
+        t.seen = None
         return view.lookup(t, 1000.0)
     e = benchmark(changed_then_lookup)
     assert e is entry and view.decodes == decodes and view.reads > reads

@@ -4,6 +4,7 @@ cache directory (cache/index.py, index_view.py, indexdb.py, record.py, index_imp
 import hashlib
 import json
 import os
+import pickle
 import time
 
 from pulsys.cache.index_import import open_index
@@ -121,6 +122,26 @@ def test_a_view_remembers_answers_until_the_index_changes(tmp_path):
     assert v.lookup(tgt(COMMIT, "a"), 1.0).size == 9
     ix.remove(target_key(tgt(COMMIT, "a")))
     assert v.lookup(tgt(COMMIT, "a"), 1.0) is None                           # gone at once
+
+
+def test_a_target_keeps_its_last_hit_only_while_the_index_and_the_clock_allow(tmp_path):
+    ix = new_index(str(tmp_path))
+    now = time.monotonic()
+    ix.publish(file_entry(ix=ix))
+    ix.set_rev("model", "org/n", "main", COMMIT, expires=now + 20, fetched_at=0)
+    v = view_of(ix)
+    t = tgt("main")                       # the reactor keeps one Target per exact head
+    first = v.lookup(t, now)
+    reads = v.reads
+    assert v.lookup(t, now + 1) is first and v.reads == reads and t.seen[1] is first
+    assert v.lookup(t, now + 21) is None                                   # the mapping went stale
+    ix.publish(file_entry(ix=ix, size=8))
+    assert v.lookup(t, now).size == 8                                      # gen moved: read again
+    ix.remove(target_key(tgt(COMMIT)))
+    assert v.lookup(t, now) is None and t.seen is None
+    copy = pickle.loads(pickle.dumps(tgt("main")))
+    t.seen = (1, first, now)
+    assert pickle.loads(pickle.dumps(t)).seen is None and copy.key is None  # a Job carries no Entry
 
 
 def test_a_view_remembers_misses_and_is_bounded(tmp_path):
