@@ -33,7 +33,7 @@ from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable
 from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
 from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
-from pulsys.platform import PlatformFacts, load_sender
+from pulsys.platform import PlatformFacts, load_sender, probe_soon
 from pulsys.reactor import backend_class, select_backend
 from pulsys.reactor.fdcache import FdCache
 from pulsys.reactor.listener import create_listeners
@@ -58,7 +58,7 @@ class _Base:
     def _build(self, config):
         self.config = config
         self.log = get_logger("app")
-        self.facts = PlatformFacts.probe()
+        probe_soon()               # the io_uring probe's child process runs meanwhile
         self.started = time.time()
         self.store = Store(config.cache_dir)
         try:
@@ -94,6 +94,7 @@ class _Base:
             self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"))
             self.guard.trust(self.shared.endpoint)
             self.service.shared = self.shared
+        self.facts = PlatformFacts.probe()
         self.pool = FillPool(self.service, config.fill_threads)
         self.service.spawn = self.pool.run      # extra fetchers of a fill run on the pool
         host, port = config.listen

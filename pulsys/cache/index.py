@@ -70,6 +70,7 @@ class Index:
         """db: an IndexDB opened for writing; blob_path: blob id -> path (Store.blob_path);
         ttl: --revision-ttl (cache/record.py: records are judged by the TTL in force)."""
         self.db = db
+        self.genv = db.genv                 # the generation word (readers compare against it)
         self.ttl = ttl
         self.env = db.env
         self.blob_path = blob_path
@@ -85,7 +86,7 @@ class Index:
 
     @property
     def gen(self):
-        return self.db.genv[0]
+        return self.genv[0]
 
     def _decode(self, raw):
         e, common = R.decode_entry(raw, self.blob_path, offset(), self.ttl)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 
 class PlatformFacts:
@@ -47,6 +48,7 @@ class PlatformFacts:
 
 
 _PROBED = None
+_PROBE_LOCK = threading.Lock()
 
 
 def _probe_uring():
@@ -55,9 +57,16 @@ def _probe_uring():
     the io_uring backend, not the server. Seen on an AMD EPYC without AVX-512: the
     liburing 2026.3.x wheels execute `vmovups %zmm0` in Ring.__new__ and die of SIGILL."""
     global _PROBED
-    if _PROBED is None:
-        _PROBED = _probe_uring_once()
+    with _PROBE_LOCK:
+        if _PROBED is None:
+            _PROBED = _probe_uring_once()
     return _PROBED
+
+
+def probe_soon():
+    """Start the probe in a thread: its child process (~0.1 s, an interpreter start) then
+    runs while the caller does other start-up work; PlatformFacts.probe() waits for it."""
+    threading.Thread(target=_probe_uring, name="pulsys-probe", daemon=True).start()
 
 
 def _probe_uring_once():

@@ -71,6 +71,7 @@ class ReactorBase:
         self.accept_paused = False
         self.stopping = False
         self.index = index
+        self.genv = index.genv    # the index generation word (cache/indexdb.py), read per fused hit
         self.submit = submit
         self.mailbox = mailbox
         self.send_head = sender.send_head

@@ -237,7 +237,7 @@ class UringReactor(ReactorBase):
         key = bytes(conn.rview[:n])
         a = self.answers.get(key)
         t0 = monotonic()
-        if a is None or a.gen != self.index.gen or t0 >= a.until:
+        if a is None or a.gen != self.genv[0] or t0 >= a.until:
             a = self._remember(key, t0)
             if a is None:
                 return False
