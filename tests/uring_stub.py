@@ -52,6 +52,7 @@ class FusedHitRig:
         sender = load_sender(PlatformFacts.probe(), None)[1]
         self.jobs = []        # misses the reactor hands to the fill pool
         self.view = view_of(ix)
+        self.warm()
         self.reactor = r = UringReactor(self.sockets[0], self.view, self.jobs.append, Mailbox(), sender, FdCache(),
                                         gate=gate)
         r.ring = self.ring = RecordingRing()
@@ -72,6 +73,15 @@ class FusedHitRig:
         if self.view is not None:
             self.view.small_max = 16 << 10 if in_memory else 0
         self.index.publish(Entry(FILE, self.key, len(body), self.sha, self.commit, True, blob_id, path))
+        if self.view is not None:
+            self.warm()
+
+    def warm(self):
+        """Look the file up twice, as a file asked for before: the view then holds its
+        small body (IndexView reads it at a key's second lookup)."""
+        for _ in range(2):
+            self.target.seen = None
+            self.view.lookup(self.target, time.monotonic())
 
     def deliver(self):
         n = len(self.req)

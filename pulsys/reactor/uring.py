@@ -307,7 +307,7 @@ class UringReactor(ReactorBase):
         if t.kind != RESOLVE:
             a = Answer(gen, FOREVER)
         else:
-            e, until = index.lookup_until(t, now)
+            e, until = index.lookup_until(t, now, body=True)
             if e is None:
                 return None   # a miss: not remembered, the fill publishes a new gen anyway
             a = remember_answer(head, e, gen, until)
