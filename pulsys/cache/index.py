@@ -14,6 +14,7 @@ import threading
 
 from pulsys.cache import record as R
 from pulsys.cache.indexdb import blob_key, lkey, offset
+from pulsys.cache.negatives import is_negative_record
 from pulsys.http1.heads import prepare
 from pulsys.model import target as T
 from pulsys.model.entry import FILE
@@ -167,6 +168,11 @@ class Index:
                                  lambda raw: RevRecord(*R.decode_rev(raw, off, self.ttl))):
             yield k.decode("utf-8", "surrogatepass"), rec
 
+    def negative_keys(self):
+        """The keys of every negative entry (4xx answers), in key order."""
+        for _, full in self._scan(self.db.negative, b"", bytes):
+            yield full.decode("utf-8", "surrogatepass")
+
     def keys_of_blob(self, blob_id):
         """Keys of the entries that point at `blob_id` (LMDB keys, see indexdb.lkey)."""
         pre = blob_key(blob_id)
@@ -200,6 +206,10 @@ class Index:
                 tx.delete(blob_key(old_blob) + k, db=db.byblob)
         if entry.blob_id:
             tx.put(blob_key(entry.blob_id) + k, b"", db=db.byblob)
+        if is_negative_record(entry.kind, entry.status):
+            tx.put(k, entry.key.encode("utf-8", "surrogatepass"), db=db.negative)
+        elif old is not None:
+            tx.delete(k, db=db.negative)
         tx.put(k, R.encode_entry(entry, off, self.ttl), db=db.entries)
 
     def _delete(self, tx, key):
@@ -211,6 +221,7 @@ class Index:
         blob_id = R.peek_entry(old)[2]
         if blob_id:
             tx.delete(blob_key(blob_id) + k, db=db.byblob)
+        tx.delete(k, db=db.negative)
         tx.delete(k, db=db.entries)
         return True
 

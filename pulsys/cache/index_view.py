@@ -36,8 +36,8 @@ from pulsys.model.entry import FILE
 from pulsys.model.key import rev_key, target_key
 
 SMALL_BODY_MAX = 16 * 1024
-MEMO_MAX = 8192
-MEMO_BYTES = 32 << 20
+MEMO_MAX = 4096          # as many keys as the reactor remembers request heads
+MEMO_BYTES = 16 << 20
 
 
 def read_small(path, size):

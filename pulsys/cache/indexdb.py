@@ -10,6 +10,8 @@ Named databases:
     revs      revision key -> (commit, deadline, fetched_at)
     byblob    blob id NUL cache key -> b""   which entries point at a blob
     blobs     blob id -> (size, last served): the blobs under blobs/ (cache/space.py)
+    negative  cache key -> the full key, for every negative entry (cache/negatives.py):
+              the bound on them is rebuilt at start from these alone, not a scan
     meta      b"schema" -> b"1"
 
 One process writes (the one that runs fills); every other process opens the same files
@@ -37,7 +39,7 @@ SCHEMA = b"1"
 MAP_SIZE = 1 << 38          # 256 GiB of address space; the file grows only as used
 MAX_READERS = 4096          # one slot per open read transaction, across all processes
 KEEP = 400
-_DBS = (b"entries", b"revs", b"byblob", b"blobs", b"meta")
+_DBS = (b"entries", b"revs", b"byblob", b"blobs", b"negative", b"meta")
 
 
 class IndexUnusable(Exception):
@@ -75,7 +77,7 @@ class IndexDB:
         except lmdb.Error as e:
             self.env.close()
             raise IndexUnusable("the index %s is not usable: %s" % (self.path, e)) from None
-        self.entries, self.revs, self.byblob, self.blobs, self.meta = dbs
+        self.entries, self.revs, self.byblob, self.blobs, self.negative, self.meta = dbs
         self._gen_fd = os.open(os.path.join(self.path, "gen"),
                                (os.O_RDWR | os.O_CREAT if writer else os.O_RDONLY) | os.O_CLOEXEC, 0o644)
         if writer and os.fstat(self._gen_fd).st_size < 8:

@@ -125,12 +125,6 @@ class Space:
         if self._dirty and self.clock() - self._flushed >= FLUSH:
             self.flush()
 
-    def recency(self):
-        """{blob id: last served (monotonic)}, e.g. for the index snapshot."""
-        self.collect()
-        with self.lock:
-            return {b: rec[1] for b, rec in self.blobs.items()}
-
     # -- fills --------------------------------------------------------------------------
 
     def reserve(self, blob_id, size):

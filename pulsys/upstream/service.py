@@ -22,7 +22,7 @@ import requests
 
 from pulsys import metrics as M
 from pulsys.cache.filesets import FileSets
-from pulsys.cache.negatives import Negatives, is_negative, is_negative_record
+from pulsys.cache.negatives import Negatives, is_negative
 from pulsys.errors import UpstreamError, UpstreamRefused
 from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
@@ -94,14 +94,14 @@ class Upstream:
         self.negatives = Negatives(config.max_negative_entries)
 
     def learn_index(self):
-        """Read the index once: complete file lists, and negative entries (oldest first
-        by key order, which is as good as any: the index keeps no use times) within
+        """Read the index once: complete file lists (the API documents: two prefix scans)
+        and the negative entries (their own list in the index; oldest first by key
+        order, which is as good as any: the index keeps no use times) within
         --max-negative-entries. Pool-thread safe; runs while the server serves."""
         self.files.learn_all(self.index)
         victims = []
-        for k, (kind, status, _, _, _) in self.index.peek():
-            if is_negative_record(kind, status):
-                victims.extend(self.negatives.note_key(k.decode("utf-8", "surrogatepass")))
+        for key in self.index.negative_keys():
+            victims.extend(self.negatives.note_key(key))
         self._drop_negatives(victims)
 
     # -- plumbing ---------------------------------------------------------------

@@ -3,13 +3,14 @@ and writes behind it (--shared-store s3://BUCKET/PREFIX; docs/fleet.md, ADR 0010
 
     <prefix>/blobs/sha256/<hex>         LFS bodies, named by their sha256
     <prefix>/blobs/sha1/<hex>           regular files, named by their git blob sha1
-    <prefix>/meta/<sha256 of key>.json  one Entry or revision mapping: the documents the
-                                        store writes under meta/, with their fetched_at
+    <prefix>/meta/<sha256 of key>.json  one Entry or revision mapping (JSON, as pulsys
+                                        kept them under v1/meta/ before its LMDB index),
+                                        with their fetched_at
 
 Reading (pool threads). On a local miss the Upstream service asks here before the Hub:
 the metadata document for the key (for a branch or tag: the revision mapping, then the
-entry at its commit), taken when it is fresh by its fetched_at and --revision-ttl, just
-as a restart would take it from meta/. For a body, a HEAD on the blob's object; when it
+entry at its commit), taken when it is fresh by its fetched_at and --revision-ttl, as
+the local index judges its own records. For a body, a HEAD on the blob's object; when it
 is there, the fill engine (upstream/fill.py) fetches it from a presigned GET URL, with
 the same Range pieces, resume and whole-file verification as a body from the Hub: a
 wrong object in the bucket is never committed, and is deleted.

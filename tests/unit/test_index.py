@@ -95,6 +95,19 @@ def test_scans_by_blob_and_by_repo_follow_every_change(tmp_path):
     assert len(ix) == 2 and ix.get(other.key).blob_path is None
 
 
+def test_negative_entries_are_listed_apart_and_the_list_follows_every_change(tmp_path):
+    ix = new_index(str(tmp_path))
+    k1, k2 = target_key(tgt(COMMIT, "gone-1")), target_key(tgt(COMMIT, "gone-2" + "x" * 600))
+    for k in (k1, k2):
+        ix.publish(Entry(CANNED, k, status=404, body=b"{}"))
+    ix.publish(Entry(CANNED, target_key(tgt(COMMIT, "redirect")), status=302))
+    assert sorted(ix.negative_keys()) == sorted([k1, k2])                  # the long key in full
+    ix.publish(file_entry(ix=ix, path="gone-1"))                           # the file appeared
+    assert list(ix.negative_keys()) == [k2]
+    ix.remove(k2)
+    assert list(ix.negative_keys()) == []
+
+
 def test_keys_longer_than_lmdb_allows_are_stored_and_found_by_repo(tmp_path):
     ix = new_index(str(tmp_path))
     long_path = "d/" * 400 + "f.bin"                                      # a key of ~830 bytes
