@@ -524,7 +524,7 @@ def run_n(n, a, after, before, runs, builds):
                     print("before N=%d L=%d skipped: %s" % (n, L, skip["reason"]), file=sys.stderr)
                     continue
                 extra = None
-                if version == "after" and L == 1 and a.tp_rounds:
+                if L == 1 and a.tp_rounds:      # both versions: random vs hot side by side
                     extra = lambda srv: {"throughput": throughput(srv.port, n, hot, a, work)}  # noqa: E731
                 runs.append(measure(version, tree_dir, cache, n, L, blobs, per_blob, a, work, extra=extra))
     finally:
