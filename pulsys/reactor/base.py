@@ -58,6 +58,17 @@ _LOCAL = {
 }
 
 
+def _open_resume(conn):
+    """The request is an open-ended resume (`bytes=N-`, N > 0): its client holds the
+    first N bytes from an earlier response, which may have streamed from the fill that
+    just failed verification. Carrying it over would complete a file whose prefix nobody
+    checked (seen in a fault run: a byte flipped before N, the resume joined the fill
+    before it failed), so it is cut instead; its next resume finds the blob suspect and
+    gets the whole body (ADR 0012)."""
+    rng = conn.head.range
+    return conn.plan.offset > 0 and rng is not None and rng.rstrip().endswith("-")
+
+
 class ReactorBase:
     name = "base"
 
@@ -450,7 +461,8 @@ class ReactorBase:
                     if avail <= 0:
                         if fill.state == FAILED:
                             if isinstance(fill.error, Refetching) and conn.outcome != "refetch" \
-                                    and conn.file_off - conn.plan.offset <= CARRY_MAX:
+                                    and conn.file_off - conn.plan.offset <= CARRY_MAX \
+                                    and not _open_resume(conn):
                                 return self._rejoin(conn)
                             return ABORT
                         if fill.wait(conn.file_off, self.mailbox.post, self._on_fill_progress,
