@@ -47,6 +47,18 @@ def put_blob(st, blob_id, data):
     return st.commit_blob(part, blob_id)
 
 
+def one_file_cache(tmp_path, size):
+    """A cache with one verified blob of `size` random bytes and its entry "w.bin";
+    -> (store, open index, blob id)."""
+    st = Store(str(tmp_path))
+    data = os.urandom(size)
+    blob_id = "sha256/" + sha256_hex(data)
+    put_blob(st, blob_id, data)
+    index = open_idx(st)
+    index.publish(file_entry(st, "w.bin", blob_id, size))
+    return st, index, blob_id
+
+
 def file_entry(st, name, blob_id, size, on_disk=True):
     return Entry(FILE, key(name), size, blob_id.split("/")[1], COMMIT, blob_id.startswith("sha256"),
                  blob_id, st.blob_path(blob_id) if on_disk else None)
@@ -157,12 +169,7 @@ def test_verify_quarantines_bad_blobs_and_reconciles_the_index(tmp_path):
 
 
 def test_a_missing_blob_file_alone_is_a_problem_and_its_entries_refetch(tmp_path):
-    st = Store(str(tmp_path))
-    data = os.urandom(100)
-    blob_id = "sha256/" + sha256_hex(data)
-    put_blob(st, blob_id, data)
-    index = open_idx(st)
-    index.publish(file_entry(st, "w.bin", blob_id, 100))
+    st, index, blob_id = one_file_cache(tmp_path, 100)
     index.put_blobs([(blob_id, 100, 1.0)])
     index.db.close()
     os.unlink(st.blob_path(blob_id))                # removed by hand
@@ -232,12 +239,7 @@ def test_an_old_meta_cache_is_imported_then_verified(tmp_path):
 
 
 def test_a_damaged_index_is_moved_aside_and_rebuilt(tmp_path):
-    st = Store(str(tmp_path))
-    data = os.urandom(700)
-    blob_id = "sha256/" + sha256_hex(data)
-    put_blob(st, blob_id, data)
-    index = open_idx(st)
-    index.publish(file_entry(st, "w.bin", blob_id, 700))
+    st, index, blob_id = one_file_cache(tmp_path, 700)
     index.db.close()
     with open(os.path.join(st.root, "index", "data.mdb"), "wb") as f:
         f.write(os.urandom(65536))
