@@ -27,7 +27,6 @@ gains an entry for a blob that was just removed. Readers that already have the f
 open keep reading: POSIX keeps an unlinked inode until its last descriptor closes.
 """
 
-import os
 import threading
 import time
 
@@ -266,15 +265,6 @@ def evictor(index, store, drop_fds, log):
     return evict
 
 
-def _size_of(store):
-    def size_of(blob_id):
-        try:
-            return os.stat(store.blob_path(blob_id)).st_size
-        except OSError:
-            return None
-    return size_of
-
-
 def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log,
               clock=time.monotonic, background=True):
     """The Space of a store whose index is open: accounts read back from the index (in
@@ -283,7 +273,7 @@ def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log
     store.on_commit = space.committed
     space.running = lambda blob_id: inflight.get(blob_id) is not None
     space.evict_fn = evictor(index, store, drop_fds, log)
-    space.size_of = _size_of(store)
+    space.size_of = store.blob_size
     space.load_from(index, background)
 
     def check():

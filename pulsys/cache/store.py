@@ -80,14 +80,18 @@ class Store:
         algo, _, hexd = blob_id.partition("/")
         return "%s%s%s%s%s%s%s" % (self.blobs, os.sep, algo, os.sep, hexd[:2], os.sep, hexd)
 
+    def blob_size(self, blob_id):
+        """Bytes of the file under blobs/ for `blob_id`, or None when there is none."""
+        try:
+            return os.stat(self.blob_path(blob_id)).st_size
+        except OSError:
+            return None
+
     def has_blob(self, blob_id, size=None):
         """The blob is in blobs/ (with `size` bytes, when given: a file of another size
         there is a leftover that a fill must replace, never a hit)."""
-        try:
-            st = os.stat(self.blob_path(blob_id))
-        except OSError:
-            return False
-        return size is None or st.st_size == size
+        found = self.blob_size(blob_id)
+        return found is not None and (size is None or found == size)
 
     def add_suspect(self, blob_id):
         """Remember for good that `blob_id` streamed bytes that failed verification."""
