@@ -282,13 +282,14 @@ class ProcessServer(_Base):
     the admin listener and the listening sockets; one worker process per listening socket
     runs its reactor (pulsys.workers, docs/decisions/0006)."""
 
-    def __init__(self, config):
+    def __init__(self, config, forks=None):
         self.links = WorkerLinks()
         self._build(config)
         self.relays = FillRelays()
         self.supervisor = Supervisor(config, self.facts, self.listeners, self.links, self.relays,
                                      self.pool.submit, on_served=self.space.touch_many,
-                                     key_table=self._key_table if self.plane.data_gate else None)
+                                     key_table=self._key_table if self.plane.data_gate else None,
+                                     forks=forks)
         self.supervisor.on_downloads = self.downloads.add
 
     def _key_table(self):
@@ -356,14 +357,24 @@ class ProcessServer(_Base):
         self.log.info("pulsys stopped")
 
 
-def run(config):
+def run(config, forks=None):
+    """Serve until stopped; the exit code. `forks`: the ForkServer the caller started
+    for the workers of --listeners N > 1 (workers.start_fork_server), closed here."""
     configure(config.log_format, config.log_level)
     try:
         os.makedirs(config.cache_dir, exist_ok=True)
     except OSError as e:
         return _fail("cannot create cache dir %s: %s" % (config.cache_dir, e.strerror))
     try:
-        server = (ProcessServer if config.listeners > 1 else Server)(config)
+        return _run(config, forks)
+    finally:
+        if forks is not None:
+            forks.close()
+
+
+def _run(config, forks):
+    try:
+        server = ProcessServer(config, forks) if config.listeners > 1 else Server(config)
     except OSError as e:
         return _fail("cannot start: %s" % (e.strerror or e))
     except (BackendUnavailable, DatabaseError, SharedStoreError, IndexUnusable) as e:

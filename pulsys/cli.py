@@ -68,5 +68,9 @@ def main(argv=None, environ=None):
     # structlog imports rich, when it is installed, for pretty tracebacks only: 0.15 s of
     # every start on this VM (rich is no dependency of pulsys; test tools bring it)
     sys.modules.setdefault("rich", None)
+    forks = None
+    if config.listeners > 1:
+        from pulsys.workers import start_fork_server
+        forks = start_fork_server()    # before app: its threads and the planes workers never use
     from pulsys import app  # imported late: `pulsys --help` must not pay for it
-    return app.run(config)
+    return app.run(config, forks)

@@ -8,10 +8,14 @@ process's main thread) plus two IPC threads and a counter thread; it serves warm
 from the index the parent writes (one LMDB file every process maps, read-only here:
 cache/index_view.py) and sends everything else to the parent as a Job.
 
-Workers are started with fork+exec (subprocess), never a bare fork: the parent is
-multi-threaded by the time it must restart a worker, and a fork of a threaded process
-may inherit locks held by threads that do not exist in the child. The worker gets its
-listening socket, its end of the socketpair and the counter table as inherited fds.
+Workers are forked by a fork server (pulsys/forkserver.py) that the parent forks
+while it is still single-threaded, with every module imported: a worker starts in
+milliseconds and shares those pages with every other. Never a bare fork of the parent:
+it is multi-threaded by the time it must restart a worker, and a fork of a threaded
+process may inherit locks held by threads that do not exist in the child. Without a
+fork server (it could not be started, or died) a worker is a new interpreter
+(subprocess, fork+exec). Either way the worker gets its listening socket, its end of
+the socketpair and the counter table as file descriptors.
 
 Counters: each worker copies its reactor's counter list into its row of a shared
 int64 table (an mmap of an unlinked temporary file, also inherited) every 0.1 s; the
@@ -33,6 +37,7 @@ import time
 
 from pulsys import ipc
 from pulsys import metrics as M
+from pulsys.forkserver import ForkServer, ForkServerError
 from pulsys.auth.gate import Gate
 from pulsys.cache.index_view import IndexView
 from pulsys.cache.indexdb import IndexDB
@@ -211,6 +216,23 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     return code
 
 
+def start_fork_server():
+    """A ForkServer for worker processes, or None when this process already runs threads.
+    Call it before importing the upstream and admin planes: the workers then hold only
+    the modules they use, shared copy-on-write with the fork server."""
+    backend_class("selector")               # what every worker imports; io_uring's is per worker
+    try:
+        return ForkServer(forked_worker)
+    except ForkServerError:
+        return None
+
+
+def forked_worker(fds, row):
+    """worker_main in a process forked by the fork server (ForkServer's target)."""
+    ipc_fd, listener_fd, counters_fd = fds
+    return worker_main(ipc_fd, listener_fd, counters_fd, row)
+
+
 # -- parent side ------------------------------------------------------------------------
 
 
@@ -243,10 +265,12 @@ class Supervisor:
     """Starts one worker per listening socket, restarts the ones that die, stops them.
 
     `submit` is the fill pool's submit; `links` and `relays` are the parent's ends of
-    the broadcasts (API keys, evicted blobs) and the fill progress relay (pulsys.ipc)."""
+    the broadcasts (API keys, evicted blobs) and the fill progress relay (pulsys.ipc);
+    `forks` the ForkServer whose target is forked_worker, or None: fork+exec."""
 
     def __init__(self, config, facts, listeners, links, relays, submit, on_served=None,
-                 key_table=None):
+                 key_table=None, forks=None):
+        self.forks = forks
         self.on_served = on_served        # fn([(blob id, time)]): workers' warm hits (Space)
         self.on_downloads = None          # fn([(cache key, packed)]): per-repo stats (app sets it)
         self.key_table = key_table        # fn() -> the active API keys, or None: --auth off
@@ -284,9 +308,7 @@ class Supervisor:
             link.send_frame_locked(ipc.encode(ipc.KeysFrame(keys)))
         fds = (csock.fileno(), slot.listener.fileno(), self.table.fileno())
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", self._code % (fds + (slot.no,))],
-                pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)
+            proc = self._start_process(fds, slot.no)
         except BaseException:
             self.links.remove(link)
             link.close()
@@ -299,6 +321,17 @@ class Supervisor:
         slot.reader = threading.Thread(target=self._serve, args=(slot, link),
                                        name="pulsys-worker-%d" % slot.no, daemon=True)
         slot.reader.start()
+
+    def _start_process(self, fds, no):
+        if self.forks is not None:
+            try:
+                return self.forks.spawn(fds, no)
+            except ForkServerError as e:
+                self.log.warning("fork server failed; workers start as new interpreters from now on",
+                                 error=str(e))
+                self.forks = None
+        return subprocess.Popen([sys.executable, "-c", self._code % (fds + (no,))],
+                                pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)
 
     def _serve(self, slot, link):
         def on_ready(msg):          # an ipc.ReadyFrame
@@ -409,6 +442,7 @@ class Supervisor:
             d = {"worker": s.no, "pid": s.proc.pid if s.proc else None,
                  "alive": s.proc is not None and s.proc.poll() is None,
                  "ready": s.ready.is_set(), "restarts": s.restarts,
+                 "started_by": "exec" if isinstance(s.proc, subprocess.Popen) else "fork server",
                  "frames_sent": s.link.frames if s.link is not None else 0,
                  "open_connections": row[OPEN_CONNECTIONS],
                  "counters": dict(zip(M.NAMES, row))}

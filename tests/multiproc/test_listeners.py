@@ -204,3 +204,37 @@ def test_a_crash_loop_makes_the_parent_exit_1(srv):
     log = srv.log_text()
     assert "workers keep dying" in log and "pulsys: error:" in log
     assert victims >= 6                       # a 7th kill may land while the parent exits
+
+
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_workers_are_forked_by_the_fork_server_and_restarts_are_too(srv):
+    workers = srv.vars(sync=False)["workers"]
+    assert [w["started_by"] for w in workers] == ["fork server"] * 2
+    zygotes = {_ppid(w["pid"]) for w in workers}
+    assert len(zygotes) == 1 and zygotes != {srv.pid}
+    zygote = zygotes.pop()
+    assert _ppid(zygote) == srv.pid
+    with open("/proc/%d/cmdline" % srv.pid, "rb") as f:
+        server_cmdline = f.read()
+    with open("/proc/%d/cmdline" % workers[0]["pid"], "rb") as f:
+        assert f.read() == server_cmdline           # no exec: the server's interpreter, forked
+    os.kill(workers[0]["pid"], signal.SIGKILL)
+    assert wait_until(lambda: srv.vars(sync=False)["workers"][0]["restarts"] == 1
+                      and srv.vars(sync=False)["workers"][0]["ready"], timeout=10)
+    again = srv.vars(sync=False)["workers"][0]
+    assert again["started_by"] == "fork server" and _ppid(again["pid"]) == zygote
+    assert one_request(srv.address, "/org/m/resolve/main/small.safetensors") == (200, SMALL)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_killed_server_leaves_no_fork_server_and_no_worker(srv):
+    pids = [w["pid"] for w in srv.vars(sync=False)["workers"]]
+    pids.append(_ppid(pids[0]))
+    os.kill(srv.pid, signal.SIGKILL)
+    srv.shutdown()
+    assert wait_until(lambda: all(_gone(p) for p in pids), timeout=10), pids
