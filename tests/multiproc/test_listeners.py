@@ -238,3 +238,18 @@ def test_a_killed_server_leaves_no_fork_server_and_no_worker(srv):
     os.kill(srv.pid, signal.SIGKILL)
     srv.shutdown()
     assert wait_until(lambda: all(_gone(p) for p in pids), timeout=10), pids
+
+
+def _mapped(pid, names):
+    with open("/proc/%d/maps" % pid) as f:
+        return {n for line in f for n in names if n in line.rsplit("/", 1)[-1]}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc")
+def test_workers_do_not_map_what_only_the_upstream_plane_loads(srv):
+    # the fork server forks before pulsys.app imports the key store (sqlite3) and
+    # psycopg2: their C extensions are in the server's address space, never in a worker's
+    names = ("_sqlite3.", "psycopg2")
+    assert _mapped(srv.pid, names) >= {"_sqlite3."}
+    for w in srv.vars(sync=False)["workers"]:
+        assert _mapped(w["pid"], names) == set(), w
