@@ -44,6 +44,8 @@ def _decode(seg):
     s = unquote(seg, errors="strict") if "%" in seg else seg
     if not s or s in (".", "..") or "\x00" in s or "\\" in s:
         return None
+    if s.isprintable() and "/" not in s:
+        return s        # no control character (all are non-printable): the common case, in C
     for ch in s:
         if ch < " " or "\x7f" <= ch <= "\x9f":
             return None
@@ -65,8 +67,12 @@ def _decode_all(segs):
 
 
 def _repo_ok(parts):
-    return 1 <= len(parts) <= 2 and all(
-        _REPO_SEGMENT.fullmatch(p) and "--" not in p and ".." not in p for p in parts)
+    if not 1 <= len(parts) <= 2:
+        return False
+    for p in parts:
+        if _REPO_SEGMENT.fullmatch(p) is None or "--" in p or ".." in p:
+            return False
+    return True
 
 
 def _raw_path_ok(segs):
@@ -83,10 +89,6 @@ def _raw_path_ok(segs):
             if ch < " " or "\x7f" <= ch <= "\x9f":
                 return False
     return True
-
-
-def upstream_resolve_path(rtype, repo, rev, path):
-    return "/%s%s/resolve/%s/%s" % (T.URL_PREFIX[rtype], repo, quote(rev, safe=""), quote(path))
 
 
 def _route_resolve(segs, query):
@@ -109,8 +111,7 @@ def _route_resolve(segs, query):
     if repo is None or rev is None or path is None or not _repo_ok(repo):
         return _reject(400, "bad repository, revision or file path")
     repo_s, path_s = "/".join(repo), "/".join(path)
-    return T.Target(T.RESOLVE, rtype, repo_s, rev, path_s, query,
-                    upstream_resolve_path(rtype, repo_s, rev, path_s))
+    return T.Target(T.RESOLVE, rtype, repo_s, rev, path_s, query, None)   # upstream path: lazy
 
 
 def _route_resolve_cache(segs, query):

@@ -7,8 +7,10 @@ at:
 
   - gen unchanged since: the remembered value answers (one dict get, one word read);
   - gen changed: one LMDB get in a fresh read transaction; when the record's bytes are
-    the ones remembered, the remembered value answers again and is stamped with the new
-    gen, so one change elsewhere costs each hot key one LMDB read, not a decode;
+    the ones remembered (compared by a 128-bit BLAKE2b digest, 0.85 us for a 700-byte
+    record here, so the memo does not keep a copy of every record: 16 bytes, not ~700),
+    the remembered value answers again and is stamped with the new gen, so one change
+    elsewhere costs each hot key one LMDB read, not a decode;
   - otherwise the record is decoded (~2 us) and its heads assembled from the head lines
     the record carries.
 
@@ -27,6 +29,7 @@ One thread (the reactor's) uses a view.
 """
 
 import os
+from hashlib import blake2b as _digest
 
 from pulsys.cache import record as R
 from pulsys.cache.index import RevRecord, points_back, resolve
@@ -66,8 +69,8 @@ class IndexView:
         self.small_max = small_max
         self.memo_max = memo_max
         self.memo_bytes = memo_bytes
-        # key -> [gen, record bytes or None, Entry / RevRecord / None, head lines of a
-        # small file whose body is not read yet (else None)]
+        # key -> [gen, BLAKE2b-128 of the record bytes or None, Entry / RevRecord / None,
+        # head lines of a small file whose body is not read yet (else None)]
         self.memo = {}
         self.body_bytes = 0
         self.no_body = set()    # blob paths whose small body could not be read
@@ -103,13 +106,13 @@ class IndexView:
         self.reads += 1
         return tx.get(lkey(key), db=dbi)
 
-    def _remember(self, key, g, raw, value, pending):
+    def _remember(self, key, g, digest, value, pending):
         memo = self.memo
         if len(memo) >= self.memo_max or self.body_bytes > self.memo_bytes:
             memo.clear()
             self.no_body.clear()
             self.body_bytes = 0
-        memo[key] = [g, raw, value, pending]
+        memo[key] = [g, digest, value, pending]
         return value
 
     def entry(self, key):
@@ -149,13 +152,14 @@ class IndexView:
         remembered value stands when the record is the same bytes."""
         g = self.genv[0]
         raw = self._raw(dbi, key, g)
-        if m is not None and m[1] == raw:
+        digest = None if raw is None else _digest(raw, digest_size=16).digest()
+        if m is not None and m[1] == digest:
             m[0] = g
             return m[2]
         if raw is None:
             return self._remember(key, g, None, None, None)
         value, pending = decode(raw)
-        return self._remember(key, g, raw, value, pending)
+        return self._remember(key, g, digest, value, pending)
 
     def _decode_entry(self, raw):
         """-> (Entry with its heads, head lines when its small body is still to read)."""

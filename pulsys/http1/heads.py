@@ -52,14 +52,21 @@ def _hdr(name, value):
 
 
 class FileHeads:
-    """The heads of one FILE entry. The 200s are rendered at once; the 304s and the 206
-    prefix, which few requests need, when first asked for (an unset slot falls through
-    to __getattr__): an index record decoded for one random hit makes three bytes objects
-    fewer."""
+    """The heads of one FILE entry. The keep-alive 200 is rendered at once; the
+    Connection: close variants, the 304s and the 206 prefix, which few requests need,
+    when first asked for (an unset slot falls through to __getattr__): an index record
+    decoded for one random hit renders one head, not six."""
     __slots__ = ("ok_ka", "ok_close", "nm_ka", "nm_close", "partial_prefix", "size",
                  "full_ka", "full_close", "common")
 
     def __getattr__(self, name):
+        if name == "ok_close":              # Connection: close is rare (hf clients keep alive)
+            self.ok_close = self.ok_ka[:-len(CONN_KA)] + CONN_CLOSE
+            return self.ok_close
+        if name == "full_close":
+            full = self.full_ka
+            self.full_close = None if full is None else self.ok_close + full[len(self.ok_ka):]
+            return self.full_close
         if name == "partial_prefix":
             self.partial_prefix = _S206 + self.common
             return self.partial_prefix
@@ -93,14 +100,11 @@ def prepare(entry, common=None):
         common = file_common(entry)
     fh = FileHeads()
     fh.common = common
-    ok = b"%s%sContent-Length: %d\r\n" % (_S200, common, entry.size)
-    fh.ok_ka, fh.ok_close = ok + CONN_KA, ok + CONN_CLOSE
+    fh.ok_ka = b"%s%sContent-Length: %d\r\n%s" % (_S200, common, entry.size, CONN_KA)
     fh.size = entry.size
     body = entry.body_mem
-    if body is not None:   # small file: the whole 200 response is one bytes object
-        fh.full_ka, fh.full_close = fh.ok_ka + body, fh.ok_close + body
-    else:
-        fh.full_ka = fh.full_close = None
+    # small file: the whole 200 response is one bytes object
+    fh.full_ka = fh.ok_ka + body if body is not None else None
     entry.heads = fh
     return entry
 
