@@ -33,6 +33,54 @@ NAMES = (
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
+# Each counter's index in a counter list, by name (NAMES[i].upper(); a test checks that the
+# two agree, so a counter added to one and not the other fails CI).
+REQUESTS = 0
+CACHE_HITS = 1
+CACHE_MISSES = 2
+FILLS_STARTED = 3
+FILLS_COMPLETED = 4
+FILLS_FAILED = 5
+BYTES_SERVED = 6
+UPSTREAM_REQUESTS = 7
+UPSTREAM_BODY_BYTES = 8
+UPSTREAM_ERRORS = 9
+STALE_SERVED = 10
+OFFLINE_REFUSALS = 11
+PROTOCOL_ERRORS = 12
+CONNECTIONS_ACCEPTED = 13
+CONNECTIONS_CLOSED = 14
+PEER_RESETS = 15
+SENDFILE_EAGAIN = 16
+INTEGRITY_FAILURES = 17
+PASSTHROUGH = 18
+FUSED_HEAD_BODY = 19
+INTERNAL_ERRORS = 20
+URING_ENTER = 21
+URING_SQES = 22
+UPSTREAM_REFUSED = 23
+CONNECTIONS_REFUSED = 24
+QUOTA_REJECTS = 25
+EVICTIONS = 26
+EVICTED_BYTES = 27
+UPSTREAM_RETRIES = 28
+FILL_FETCHERS = 29
+FILL_REFETCHES = 30
+AUTH_REFUSALS = 31
+CARRIED_OVER = 32
+CARRY_CUTS = 33
+SHARED_META_HITS = 34
+SHARED_FILLS = 35
+SHARED_REQUESTS = 36
+SHARED_BODY_BYTES = 37
+SHARED_UPLOADS = 38
+SHARED_UPLOAD_BYTES = 39
+SHARED_META_UPLOADS = 40
+SHARED_ERRORS = 41
+SHARED_CORRUPT = 42
+NEGATIVE_EVICTIONS = 43
+MISSING_FROM_FILE_LIST = 44
+
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one
 # int per bucket (not cumulative; the last one is +Inf), then the sum in microseconds.
@@ -72,9 +120,6 @@ def histograms(lists):
             buckets.append(["+Inf" if le == float("inf") else le, cum])
         out[name] = {"buckets": buckets, "count": cum, "sum": raw[-1] / 1e6}
     return out
-for _i, _n in enumerate(NAMES):
-    globals()[_n.upper()] = _i
-del _i, _n
 
 
 # Gauges every snapshot (/debug/vars) carries besides the counters; /metrics exports them.
