@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pulsys import doctor
-from pulsys.cli_doctor import parse_size, render
+from pulsys.cli.doctor import parse_size, render
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = ("write_MBps", "read_cold_MBps", "read_warm_MBps", "serve_MBps", "upstream_MBps", "binding",

@@ -1,6 +1,6 @@
 """`pulsys verify` on a cache directory: what is bad is found, quarantined and reported;
 the index is brought in line with the disk; what is good is left alone
-(pulsys/cache/verify.py, pulsys/cli_verify.py)."""
+(pulsys/cache/verify.py, pulsys/cli/verify.py)."""
 
 import json
 import marshal

@@ -11,7 +11,7 @@ import json
 import sys
 
 from pulsys import config, doctor
-from pulsys.cli_parser import OneLineParser
+from pulsys.cli.base import Parser, fail
 from pulsys.config import default_cache_dir
 from pulsys.errors import ConfigError
 from pulsys.platform import PlatformFacts, load_sender
@@ -23,8 +23,7 @@ _BINDING = {"disk_write": "disk write", "disk_read": "cold disk read", "serve": 
             "upstream": "the upstream"}
 
 
-class _Parser(OneLineParser):
-    label = "pulsys doctor"
+PROG = "pulsys doctor"
 
 
 def parse_size(text):
@@ -49,7 +48,7 @@ def _seconds(text):
 
 
 def make_parser(environ):
-    p = _Parser(prog="pulsys doctor", description=doctor.__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=doctor.__doc__.split("\n\n")[0])
     p.add_argument("--cache-dir", default=environ.get("PULSYS_CACHE_DIR") or default_cache_dir(environ),
                    help="the cache directory to measure [env PULSYS_CACHE_DIR]")
     p.add_argument("--model-size", type=parse_size, default=parse_size("140GB"),
@@ -78,8 +77,7 @@ def _probe_url(a):
 
 
 def _fail(msg):
-    sys.stderr.write("pulsys doctor: error: %s\n" % msg)
-    return 2
+    return fail(PROG, msg)
 
 
 def _duration(s):

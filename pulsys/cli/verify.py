@@ -16,21 +16,19 @@ import lmdb
 from pulsys.cache.indexdb import IndexUnusable
 from pulsys.cache.store import Store
 from pulsys.cache.verify import render, verify
-from pulsys.cli_parser import OneLineParser
+from pulsys.cli.base import Parser, fail
 from pulsys.config import default_cache_dir
 
 
-class _Parser(OneLineParser):
-    label = "pulsys verify"
+PROG = "pulsys verify"
 
 
 def _fail(msg):
-    sys.stderr.write("pulsys verify: error: %s\n" % msg)
-    return 2
+    return fail(PROG, msg)
 
 
 def main(argv, environ):
-    p = _Parser(prog="pulsys verify", description="Re-hash every cached blob (sha256, or git blob "
+    p = Parser(prog=PROG, description="Re-hash every cached blob (sha256, or git blob "
                 "sha1), move bad blobs to v1/quarantine/ so they are refetched, bring the index in "
                 "line with the blobs on disk (importing the metadata of an older pulsys first), "
                 "print a summary. Run it while no pulsys server uses the cache directory. Exit "

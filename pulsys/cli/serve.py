@@ -1,24 +1,17 @@
-"""Command line: argv + environment -> Config -> app.run().
-
-The only module that reads sys.argv and os.environ. Every error a person can cause is
-one line on stderr and exit code 2; no traceback.
+"""`pulsys [flags]`: argv + environment -> Config -> app.run(). Every error a person can
+cause is one line on stderr and exit code 2; no traceback.
 """
 
-import os
 import sys
 
 from pulsys import __version__
-from pulsys.cli_parser import OneLineParser
+from pulsys.cli.base import Parser, fail
 from pulsys.config import SETTINGS, build_config
 from pulsys.errors import ConfigError
 
 
-class _Parser(OneLineParser):
-    label = "pulsys"
-
-
 def make_parser():
-    p = _Parser(prog="pulsys", description="A pull-through cache for the Hugging Face Hub. "
+    p = Parser(prog="pulsys", description="A pull-through cache for the Hugging Face Hub. "
                 "Every flag can also be set with the environment variable named after it "
                 "(e.g. --cache-dir -> PULSYS_CACHE_DIR). `pulsys verify --help`: check a cache directory. `pulsys keys --help`: API keys. `pulsys doctor --help`: which ceiling binds a pull. `pulsys prefetch --help`: pre-warm a repo. `pulsys stats --help`: cache use and downloads.")
     p.add_argument("--version", action="version", version="pulsys " + __version__)
@@ -41,30 +34,12 @@ def make_parser():
     return p
 
 
-def main(argv=None, environ=None):
-    environ = os.environ if environ is None else environ
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["verify"]:
-        from pulsys.cli_verify import main as verify_main
-        return verify_main(argv[1:], environ)
-    if argv[:1] == ["doctor"]:
-        from pulsys.cli_doctor import main as doctor_main
-        return doctor_main(argv[1:], environ)
-    if argv[:1] == ["keys"]:
-        from pulsys.cli_keys import main as keys_main
-        return keys_main(argv[1:], environ)
-    if argv[:1] == ["prefetch"]:
-        from pulsys.cli_prefetch import main as prefetch_main
-        return prefetch_main(argv[1:], environ)
-    if argv[:1] == ["stats"]:
-        from pulsys.cli_stats import main as stats_main
-        return stats_main(argv[1:], environ)
+def main(argv, environ):
     args = make_parser().parse_args(argv)
     try:
         config = build_config(vars(args), environ)
     except ConfigError as e:
-        sys.stderr.write("pulsys: error: %s\n" % e)
-        return 2
+        return fail("pulsys", e)
     # structlog imports rich, when it is installed, for pretty tracebacks only: 0.15 s of
     # every start on this VM (rich is no dependency of pulsys; test tools bring it)
     sys.modules.setdefault("rich", None)

@@ -4,7 +4,6 @@
 (4xx), 1 when the server cannot be reached or fails (5xx)."""
 
 import json
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -58,10 +57,6 @@ class AdminClient:
 def quote(s):
     return urllib.parse.quote(s, safe="")
 
-
-def fail(prog, e):
-    sys.stderr.write("%s: error: %s\n" % (prog, e))
-    return e.code
 
 
 def human_bytes(n):

@@ -11,19 +11,15 @@ following; the job goes on on the server.
 import sys
 import time
 
-from pulsys.cli_parser import OneLineParser
-from pulsys.cli_remote import AdminClient, Failed, add_arguments, fail
+from pulsys.cli.base import Parser, fail
+from pulsys.cli.remote import AdminClient, Failed, add_arguments
 
 PROG = "pulsys prefetch"
 POLL = 0.5
 
 
-class _Parser(OneLineParser):
-    label = PROG
-
-
 def make_parser():
-    p = _Parser(prog=PROG, description="Fetch a repo's files into a running pulsys's cache "
+    p = Parser(prog=PROG, description="Fetch a repo's files into a running pulsys's cache "
                 "(a pre-warm job), showing progress until it is done.")
     p.add_argument("repo", metavar="ORG/NAME")
     p.add_argument("--dataset", action="store_true", help="the repo is a dataset")
@@ -95,4 +91,4 @@ def main(argv, environ):
     try:
         return _run(args, environ)
     except Failed as e:
-        return fail(PROG, e)
+        return fail(PROG, e, e.code)

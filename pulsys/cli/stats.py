@@ -5,18 +5,14 @@ person or, with --json, for a script. --server/--token as `pulsys keys`. Exit co
 import json
 import sys
 
-from pulsys.cli_parser import OneLineParser
-from pulsys.cli_remote import AdminClient, Failed, add_arguments, fail, human_bytes
+from pulsys.cli.base import Parser, fail
+from pulsys.cli.remote import AdminClient, Failed, add_arguments, human_bytes
 
 PROG = "pulsys stats"
 
 
-class _Parser(OneLineParser):
-    label = PROG
-
-
 def make_parser():
-    p = _Parser(prog=PROG, description="Cache use, hit ratio and downloads per repo of a running pulsys.")
+    p = Parser(prog=PROG, description="Cache use, hit ratio and downloads per repo of a running pulsys.")
     p.add_argument("--json", action="store_true", help="print the JSON document of GET /api/v1/stats")
     p.add_argument("--top", type=int, default=20, help="repos to list (default 20)")
     add_arguments(p)
@@ -48,6 +44,6 @@ def main(argv, environ):
     try:
         doc = AdminClient(args, environ).call("GET", "/api/v1/stats")
     except Failed as e:
-        return fail(PROG, e)
+        return fail(PROG, e, e.code)
     sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n" if args.json else render(doc, args.top))
     return 0

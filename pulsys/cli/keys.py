@@ -16,6 +16,7 @@ traceback), 1 the store or server could not be reached.
 """
 
 import argparse
+import functools
 import getpass
 import json
 import os
@@ -23,20 +24,16 @@ import sys
 import time
 
 from pulsys.auth.keys import SCOPES
-from pulsys.cli_parser import OneLineParser
-from pulsys.cli_remote import AdminClient, Failed, quote
+from pulsys.cli.base import Parser, fail
+from pulsys.cli.remote import AdminClient, Failed, quote
 from pulsys.config import db_url, default_cache_dir
 from pulsys.errors import ConfigError
 
 PROG = "pulsys keys"
 
 
-class _Parser(OneLineParser):
-    label = PROG     # subcommands (create, list, revoke) report as `pulsys keys`
-
-
 def make_parser():
-    p = _Parser(prog=PROG, description="Create, list and revoke pulsys API keys, directly in the "
+    p = Parser(prog=PROG, description="Create, list and revoke pulsys API keys, directly in the "
                 "store (default) or through a running server's admin listener (--server).")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", metavar="URL", help="admin listener of a running pulsys, e.g. "
@@ -46,7 +43,9 @@ def make_parser():
                         "SQLite store is [env PULSYS_CACHE_DIR]")
     common.add_argument("--db", metavar="URL", help="the server's --db [env PULSYS_DB]")
     common.add_argument("--json", action="store_true", help="print JSON")
-    sub = p.add_subparsers(dest="command", metavar="{create,list,revoke}")
+    # subcommands (create, list, revoke) report errors as `pulsys keys`
+    sub = p.add_subparsers(dest="command", metavar="{create,list,revoke}",
+                           parser_class=functools.partial(Parser, label=PROG))
     sub.required = True
     c = sub.add_parser("create", parents=[common], help="create a key; prints it once")
     c.add_argument("--scope", choices=SCOPES, default="read",
@@ -93,7 +92,7 @@ class _Direct:
 
 
 class _Remote(AdminClient):
-    """The same calls through a running server's admin listener (pulsys.cli_remote)."""
+    """The same calls through a running server's admin listener (pulsys.cli.remote)."""
 
 
     def create(self, scope, name):
@@ -157,5 +156,4 @@ def main(argv, environ):
         code, msg = 2, e.message
     except DatabaseError as e:
         code, msg = 1, str(e)
-    sys.stderr.write("%s: error: %s\n" % (PROG, msg))
-    return code
+    return fail(PROG, msg, code)
