@@ -353,7 +353,11 @@ def run_wrk(port, n, hot, seconds, conns, workdir, seed):
         f.write(WRK_LUA % (n, hot, COMMIT, seed, PER_REPO))
     cmd = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % seconds, "--timeout", "10s", "-s", script,
            "http://127.0.0.1:%d/" % port]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
+    return wrk_result(subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout)
+
+
+def wrk_result(out):
+    """{requests, errors (non-2xx/3xx answers and socket errors), req_per_s} from wrk's output."""
     m = re.search(r"(\d+) requests in", out)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not m or not rps:
