@@ -32,12 +32,10 @@ from pulsys.cache.store import Store
 from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable
 from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
-from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
+from pulsys.log import AccessLogWriter, configure, get_logger
 from pulsys.platform import PlatformFacts, load_sender, probe_soon
-from pulsys.reactor import backend_class, select_backend
-from pulsys.reactor.fdcache import FdCache
+from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
-from pulsys.reactor.mailbox import Mailbox
 from pulsys.upstream.guard import UpstreamGuard
 from pulsys.upstream.pool import FillPool
 from pulsys.upstream.service import Upstream
@@ -202,14 +200,9 @@ class Server(_Base):
 
     def __init__(self, config):
         self._build(config)
-        cls = backend_class(self.backend)
-        self.reactors, self.access_buffers = [], []
-        for lst in self.listeners:
-            access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
-            if access is not None:
-                self.access_buffers.append(access)
-            self.reactors.append(cls(lst, self.view(), self.pool.submit, Mailbox(), self.sender, FdCache(),
-                                     access, gate=self.plane.data_gate, **config.reactor_limits()))
+        self.reactors = [build_reactor(self.backend, lst, self.view(), self.pool.submit, self.sender,
+                                       config, self.plane.data_gate) for lst in self.listeners]
+        self.access_buffers = [r.access_log for r in self.reactors if r.access_log is not None]
         self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
                               if self.access_buffers else None)
         self.threads = []

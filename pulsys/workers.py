@@ -43,11 +43,9 @@ from pulsys.cache.index_view import IndexView
 from pulsys.cache.indexdb import IndexDB
 from pulsys.cache.recency import RecencyReporter
 from pulsys.cache.store import Store
-from pulsys.log import AccessLog, AccessLogWriter, configure, get_logger
+from pulsys.log import AccessLogWriter, configure, get_logger
 from pulsys.platform import load_sender
-from pulsys.reactor import backend_class, select_backend
-from pulsys.reactor.fdcache import FdCache
-from pulsys.reactor.mailbox import Mailbox
+from pulsys.reactor import backend_class, build_reactor, select_backend
 
 ROW = M.WIDTH + 1                 # the reactor's counters and histograms, then its open connections
 OPEN_CONNECTIONS = M.WIDTH
@@ -165,7 +163,6 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     store = Store(config.cache_dir)
     db = IndexDB(store.root, writer=False)
     index = IndexView(db, store.blob_path, config.revision_ttl)
-    mailbox = Mailbox()
     box = {}
 
     def on_eof():
@@ -180,20 +177,18 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     client.start()
     sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
     backend = select_backend(facts, config.iouring)
-    access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
-    reactor = backend_class(backend)(listener, index, client.submit, mailbox, sender, FdCache(),
-                                     access, gate=gate, **config.reactor_limits())
+    reactor = build_reactor(backend, listener, index, client.submit, sender, config, gate)
     box["reactor"] = reactor
     signal.signal(signal.SIGTERM, lambda *_: reactor.stop())
     counters = CounterPublisher(counters_fd, row, reactor)
     counters.start()
-    client.on_drop = lambda paths: mailbox.post(reactor.fdcache.forget, paths)
+    client.on_drop = lambda paths: reactor.mailbox.post(reactor.fdcache.forget, paths)
     recency = RecencyReporter(reactor, lambda items: client.send(ipc.ServedFrame(items)),
                               send_downloads=lambda items: client.send(ipc.DownloadsFrame(items)))
     recency.start()
     writer = None
-    if access is not None:
-        writer = AccessLogWriter([access], config.log_format, stream=_LineStream(2))
+    if reactor.access_log is not None:
+        writer = AccessLogWriter([reactor.access_log], config.log_format, stream=_LineStream(2))
         writer.start()
     client.send(ipc.ReadyFrame(os.getpid(), backend, sender_name, db.count()[0]))
     code = 0

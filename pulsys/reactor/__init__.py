@@ -1,6 +1,10 @@
-"""Reactor backends. select_backend() is the only place that chooses one."""
+"""Reactor backends. select_backend() is the only place that chooses one, and
+build_reactor() the only place that makes one (in-process server and worker alike)."""
 
 from pulsys.errors import BackendUnavailable
+from pulsys.log import AccessLog
+from pulsys.reactor.fdcache import FdCache
+from pulsys.reactor.mailbox import Mailbox
 
 
 def select_backend(facts, iouring="auto"):
@@ -24,3 +28,13 @@ def backend_class(name):
         from pulsys.reactor.uring import UringReactor
         return UringReactor
     raise ValueError("unknown reactor backend %r" % name)
+
+
+def build_reactor(backend, listener, index, submit, sender, config, gate=None):
+    """A reactor of `backend` on `listener` with its own mailbox, fd cache and, when the
+    access log is on, its own AccessLog buffer (reactor.access; a writer drains it).
+    index: its IndexView; submit: where its Jobs go (the pool's submit, or a worker's
+    link to its parent); gate: the API-key Gate, or None for --auth off."""
+    access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
+    return backend_class(backend)(listener, index, submit, Mailbox(), sender, FdCache(), access,
+                                  gate=gate, **config.reactor_limits())
