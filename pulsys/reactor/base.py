@@ -33,7 +33,11 @@ from pulsys.warm import plan_warm
 # Heads seen before, by their exact bytes: parsing is pure, so equal bytes give an equal
 # head and the same route. Parsing a 250-byte hf client head costs ~5 us and routing it
 # ~6 us; a whole remembered warm hit on io_uring ~2.6 us (tests/bench/test_bench_micro.py).
-HEAD_MEMO = 4096           # distinct GET/HEAD heads remembered per reactor
+# Distinct GET/HEAD heads remembered per reactor (and io_uring answers). With the index
+# memo's keys (cache/index_view.py MEMO_MAX) a remembered random key costs ~3 KB
+# (tracemalloc, 100k-entry cache): 2048 keep a worker's memos near 6 MiB, so 48 workers
+# hold ~300 MiB of them, not 600 (docs/benchmarks.md, "The index at scale").
+HEAD_MEMO = 2048
 HEAD_MEMO_MAX = 2048       # longer heads are parsed every time
 MAX_BODY = 1 << 20          # POST paths-info bodies are a few KiB; refuse more than 1 MiB
 BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
