@@ -14,6 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
+import lmdb
+
 from pulsys.cache.indexdb import IndexDB
 from pulsys.cache.record import peek_entry
 from pulsys.model import target as T
@@ -52,7 +54,16 @@ def old_cache(cache, n):
 
 def check_index(cache):
     """Open the index as a reader (no server runs): -> (schema, entries). Every entry
-    that says its blob is on disk names a file whose bytes hash to its name."""
+    that says its blob is on disk names a file whose bytes hash to its name. A kill
+    between creating the LMDB files and committing the first transaction leaves no
+    named database in them: nothing was committed, (None, 0)."""
+    path = os.path.join(cache, "v1", "index")
+    if os.path.getsize(os.path.join(path, "data.mdb")) == 0:
+        return None, 0
+    with lmdb.open(path, readonly=True, max_dbs=16, lock=False) as env:
+        with env.begin() as tx:
+            if tx.cursor().first() is False:        # the main database lists the named ones
+                return None, 0
     db = IndexDB(os.path.join(cache, "v1"), writer=False)
     try:
         schema = db.schema()

@@ -36,7 +36,8 @@ def test_quick_run_measures_this_checkout(tmp_path):
         r = runs["restart", L]
         assert r["index_load"]["from"] == "index" and r["index_load"]["entries"] == 1500
         assert 0 < r["first_hit_seconds"] <= r["ready_seconds"] + 1
-        assert r["after_first_hit"]["processes"] == r["after_warm_hits"]["processes"] == (1 if L == 1 else 3)
+        # --listeners 2: the server, its fork server and two workers (ADR 0014)
+        assert r["after_first_hit"]["processes"] == r["after_warm_hits"]["processes"] == (1 if L == 1 else 4)
         assert r["after_first_hit"]["pss_bytes"] > 0 and r["after_warm_hits"]["pss_bytes"] > 0
         assert r["warm_hits"]["requests"] > 0 and r["warm_hits"]["errors"] == 0
         assert not r["stop_killed"]
