@@ -36,7 +36,7 @@ class FusedHitRig:
 
     def __init__(self, tmp_path, req, commit, sha, gate=None):
         from pulsys.platform import PlatformFacts, load_sender
-        from pulsys.reactor.conn import Conn
+        from pulsys.reactor.uring import UringConn
         from pulsys.reactor.fdcache import FdCache
         from pulsys.reactor.mailbox import Mailbox
         from pulsys.reactor.uring import OP_RECV, UringReactor
@@ -56,7 +56,7 @@ class FusedHitRig:
         self.reactor = r = UringReactor(self.sockets[0], self.view, self.jobs.append, Mailbox(), sender, FdCache(),
                                         gate=gate)
         r.ring = self.ring = RecordingRing()
-        self.conn = Conn(self.sockets[1], time.monotonic())
+        self.conn = UringConn(self.sockets[1], time.monotonic())
         r.conns[self.conn.fd] = self.conn
         self.tag = (self.conn.fd << 3) | OP_RECV
 

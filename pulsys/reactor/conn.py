@@ -1,4 +1,7 @@
-"""Per-connection state (one object per client connection, reused for every request)."""
+"""Per-connection state (one object per client connection, reused for every request).
+
+Conn holds what the shared request step (reactor/base.py) uses; a backend that needs
+more per connection subclasses it (selector.SelectorConn, uring.UringConn)."""
 
 from pulsys.warm import WarmPlan
 
@@ -9,14 +12,12 @@ RBUF_SIZE = 64 * 1024
 
 class Conn:
     __slots__ = (
-        "sock", "fd", "rbuf", "rview", "rstart", "rend", "state", "gen", "events",
+        "sock", "fd", "rbuf", "rview", "rstart", "rend", "state", "gen",
         "head", "plan", "out", "out_off", "file_fd", "file_path", "file_off", "file_left",
-        "fill", "close_after", "t0", "outcome", "status", "sent", "last_active", "target_text",
+        "fill", "close_after", "t0", "outcome", "status", "sent", "last_active",
         "peer",        # key counted by --max-connections-per-ip, or None
         "hbase",       # latency histogram of this request (metrics.H_WARM/H_COLD/H_API), or -1
         "check",       # (fd, from, to): sent bytes of a failed fill to compare with the refetch
-        # io_uring backend only: operations in flight and the buffers they own
-        "inflight", "recv_pending", "recv_ibuf", "ibuf", "sending", "send_buf", "poll_pending",
     )
 
     def __init__(self, sock, now):
@@ -28,7 +29,6 @@ class Conn:
         self.rend = 0
         self.state = READ
         self.gen = 0
-        self.events = 0
         self.head = None
         self.plan = WarmPlan()
         self.out = b""
@@ -44,14 +44,6 @@ class Conn:
         self.status = 0
         self.sent = 0
         self.last_active = now
-        self.target_text = ""
         self.peer = None
         self.hbase = -1
         self.check = None
-        self.inflight = 0
-        self.recv_pending = False
-        self.recv_ibuf = False
-        self.ibuf = None
-        self.sending = False
-        self.send_buf = None
-        self.poll_pending = False

@@ -18,6 +18,14 @@ _WAKE = object()
 _EV = {1: selectors.EVENT_READ, 2: selectors.EVENT_WRITE}
 
 
+class SelectorConn(Conn):
+    __slots__ = ("events",)     # what the selector watches for this connection (1 read, 2 write)
+
+    def __init__(self, sock, now):
+        super().__init__(sock, now)
+        self.events = 0
+
+
 class SelectorReactor(ReactorBase):
     name = "selector"
 
@@ -55,7 +63,7 @@ class SelectorReactor(ReactorBase):
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Conn(sock, self.now)
+            conn = SelectorConn(sock, self.now)
             self.register(conn, peer)
             self.advance(conn)
 

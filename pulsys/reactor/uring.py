@@ -39,6 +39,22 @@ _REQUESTS, _HITS, _SQES, _BYTES, _FUSED = (M.REQUESTS, M.CACHE_HITS, M.URING_SQE
 _W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
+class UringConn(Conn):
+    """A connection of the io_uring reactor: the operations it has in flight and the
+    buffers they own (a buffer must outlive the operation that reads or writes it)."""
+    __slots__ = ("inflight", "recv_pending", "recv_ibuf", "ibuf", "sending", "send_buf", "poll_pending")
+
+    def __init__(self, sock, now):
+        super().__init__(sock, now)
+        self.inflight = 0
+        self.recv_pending = False
+        self.recv_ibuf = False
+        self.ibuf = None
+        self.sending = False
+        self.send_buf = None
+        self.poll_pending = False
+
+
 class UringReactor(ReactorBase):
     name = "uring"
 
@@ -193,7 +209,7 @@ class UringReactor(ReactorBase):
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Conn(sock, self.now)
+        conn = UringConn(sock, self.now)
         self.register(conn, peer)
         try:
             self.advance(conn)
