@@ -37,7 +37,7 @@ from pulsys.platform import PlatformFacts, load_sender, probe_soon
 from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
 from pulsys.upstream.guard import UpstreamGuard
-from pulsys.upstream.pool import FillPool
+from pulsys.upstream.pool import FillPool, PoolThreads
 from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
 from pulsys.upstream.shared_tier import SharedStoreError, open_tier
@@ -80,21 +80,19 @@ class _Base:
                                   config.evict, self.pool_counters, self._drop_fds, get_logger("space"))
         self.guard = UpstreamGuard(config.upstream, config.allow_upstream_host, self.pool_counters,
                                    log=get_logger("upstream"))
-        self.service = Upstream(config, make_session(config.fill_threads, self.guard), self.index,
-                                self.store, self.inflight, self.pool_counters)
-        self.service.guard = self.guard
-        self.service.space = self.space
-        # file lists and negative entries, learned from the index while the server serves
-        threading.Thread(target=self.service.learn_index, name="pulsys-learn-index", daemon=True).start()
         self.node_id = config.node_id or socket.gethostname()
         self.shared = None
         if config.shared_store:     # the fleet's bucket (docs/fleet.md): its endpoint is always allowed
             self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"))
             self.guard.trust(self.shared.endpoint)
-            self.service.shared = self.shared
+        threads = PoolThreads(config.fill_threads)      # extra fetchers of a fill run on them too
+        self.service = Upstream(config, make_session(config.fill_threads, self.guard), self.index,
+                                self.store, self.inflight, self.pool_counters, guard=self.guard,
+                                space=self.space, shared=self.shared, spawn=threads.run)
+        self.pool = FillPool(self.service.handle, threads)
+        # file lists and negative entries, learned from the index while the server serves
+        threading.Thread(target=self.service.learn_index, name="pulsys-learn-index", daemon=True).start()
         self.facts = PlatformFacts.probe()
-        self.pool = FillPool(self.service, config.fill_threads)
-        self.service.spawn = self.pool.run      # extra fetchers of a fill run on the pool
         host, port = config.listen
         self.listeners = create_listeners(host, port, config.listeners)
         self.address = self.listeners[0].getsockname()[:2]

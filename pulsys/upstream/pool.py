@@ -22,25 +22,14 @@ class _Once:
         self.fn(reply)
 
 
-class FillPool:
-    def __init__(self, service, threads):
-        self.service = service
+class PoolThreads:
+    """The fill pool's threads: made first, so that the Upstream that runs its extra
+    fetchers on them (run) and the FillPool that runs Jobs on them can each be given
+    them when constructed."""
+
+    def __init__(self, threads):
         self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill")
         self.log = get_logger("pool")
-
-    def submit(self, job):
-        job.reply = _Once(job.reply)
-        self.ex.submit(self._run, job)
-
-    def _run(self, job):
-        try:
-            self.service.handle(job)
-        except Exception:
-            self.log.exception("upstream job failed", target=repr(job.target))
-            job.reply(internal_error_reply())
-        finally:
-            if not job.reply.done:
-                job.reply(internal_error_reply())
 
     def run(self, fn):
         """Run fn() on a pool thread (extra fill fetchers). Raises RuntimeError after shutdown."""
@@ -54,3 +43,28 @@ class FillPool:
 
     def shutdown(self):
         self.ex.shutdown(wait=False, cancel_futures=True)
+
+
+class FillPool:
+    """Runs each Job with `handle` (Upstream.handle) on `threads` (a PoolThreads)."""
+
+    def __init__(self, handle, threads):
+        self.handle = handle
+        self.threads = threads
+        self.log = threads.log
+        self.run = threads.run
+        self.shutdown = threads.shutdown
+
+    def submit(self, job):
+        job.reply = _Once(job.reply)
+        self.threads.ex.submit(self._run, job)
+
+    def _run(self, job):
+        try:
+            self.handle(job)
+        except Exception:
+            self.log.exception("upstream job failed", target=repr(job.target))
+            job.reply(internal_error_reply())
+        finally:
+            if not job.reply.done:
+                job.reply(internal_error_reply())

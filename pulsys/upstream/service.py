@@ -64,8 +64,12 @@ def blob_id_for(etag):
 
 
 class Upstream:
-    def __init__(self, config, session, index, store, inflight, counters,
-                 clock=time.monotonic, wall=time.time):
+    def __init__(self, config, session, index, store, inflight, counters, guard=None, space=None,
+                 shared=None, spawn=None, clock=time.monotonic, wall=time.time):
+        """guard: the UpstreamGuard redirect targets are checked against; space: the Space
+        (quota, eviction, pins); shared: the fleet's SharedTier with --shared-store;
+        spawn(fn): runs fn on a fill-pool thread (extra fetchers of a fill; a new thread
+        each when None). Each is None where a test does without it."""
         self.base = config.upstream
         self.netloc = config.upstream_netloc
         self.allowed = config.allowed_redirect_hosts()
@@ -75,7 +79,10 @@ class Upstream:
         self.timeout = (config.upstream_timeout, config.upstream_timeout)
         self.fill_retries = config.fill_retries
         self.budget = Budget(max(1, config.fill_threads // 2))   # extra fetchers, all fills
-        self.spawn = _spawn_thread       # app gives the fill pool's run(fn)
+        self.spawn = spawn or _spawn_thread
+        self.guard = guard
+        self.space = space
+        self.shared = shared
         self.public_base = config.public_base_url
         self.session = session
         self.index = index
@@ -171,10 +178,6 @@ class Upstream:
         if gone:
             self.index.remove_many(gone)
             self.c[M.NEGATIVE_EVICTIONS] += len(gone)
-
-    space = None    # cache.space.Space (app sets it): quota, eviction, pins
-    shared = None   # upstream.shared_tier.SharedTier (app sets it with --shared-store)
-    guard = None    # upstream.guard.UpstreamGuard (app sets it): redirect targets are checked
 
     publish = _publish
     host_allowed = _host_allowed
