@@ -19,6 +19,12 @@ request, wrk's included, carries it as `Authorization: Bearer ...`:
 
     python scripts/bench_warm.py --name auth_warm --variant auth_off= --variant auth_required=--auth=required
 
+A variant named NAME@REV runs pulsys at git revision REV (checked out in a temporary git
+worktree, removed at the end) instead of this checkout: the guard for a change to the
+warm path, before and after in one run:
+
+    python scripts/bench_warm.py --name guard --variant before@HEAD~1=--no-iouring --variant after=--no-iouring
+
 --listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
 
     python scripts/bench_warm.py --name listeners_scaling --server-cpus 0,1 --generator loadgen \
@@ -52,22 +58,38 @@ def needs_key(flags):
     return "--auth=required" in flags or " ".join(flags).find("--auth required") >= 0
 
 
-def create_key(cache):
+def tree_env(tree):
+    """Environment for `python -m pulsys` run from `tree` (ROOT or a worktree)."""
+    return dict(os.environ, PYTHONPATH=tree)
+
+
+def worktree(rev, parent):
+    """A git worktree of `rev` under `parent`. -> (path, full commit)."""
+    path = os.path.join(parent, rev.replace("/", "_").replace("~", "-").replace("^", "-"))
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", path, rev], check=True)
+    sha = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    return path, sha
+
+
+def create_key(cache, tree=ROOT):
     """A read key in the store of `cache` (before the server starts: no first-start key)."""
     out = subprocess.run([sys.executable, "-m", "pulsys", "keys", "create", "--cache-dir", cache,
-                          "--name", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          "--name", "bench"], cwd=tree, env=tree_env(tree), capture_output=True,
+                         text=True, timeout=60)
     if out.returncode != 0:
         raise SystemExit("bench_warm: pulsys keys create failed: " + out.stderr.strip())
     return out.stdout.strip()
 
 
-def start_pulsys(hub, cache, flags, cpus="0"):
+def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT):
     port, admin = bench_compare.free_port(), bench_compare.free_port()
     cmd = bench_compare.pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
                     "--log-format", "json", "--auth", "off"] + flags
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, cwd=tree, env=tree_env(tree), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
             urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=1).read()
@@ -155,9 +177,14 @@ def main():
         generate = lambda url, size, headers: loadgen(exe, url, size, a.connections, a.duration, headers)  # noqa: E731
     else:
         generate = lambda url, size, headers: wrk(url, a.connections, a.duration, headers)  # noqa: E731
-    variants = []
+    variants, trees, revs = [], {}, {}
+    tree_dir = tempfile.mkdtemp(prefix="bench_warm-trees-")
     for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
         name, _, flags = v.partition("=")
+        rev = name.partition("@")[2]
+        if rev and rev not in revs:
+            revs[rev] = worktree(rev, tree_dir)
+        trees[name] = revs[rev][0] if rev else ROOT
         variants.append((name, flags.split()))
     sizes = [int(x) for x in a.sizes.split(",")]
     load_before = list(os.getloadavg())
@@ -170,8 +197,9 @@ def main():
             # ABBA order: a load that grows or fades during the run weighs on every variant alike
             for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
                 with tempfile.TemporaryDirectory() as cache:
-                    headers = (("Authorization", "Bearer " + create_key(cache)),) if needs_key(flags) else ()
-                    p, url = start_pulsys(hub, cache, flags, a.server_cpus)
+                    tree = trees[name]
+                    headers = (("Authorization", "Bearer " + create_key(cache, tree)),) if needs_key(flags) else ()
+                    p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
                     try:
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
@@ -188,6 +216,9 @@ def main():
         hub.stop()
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+        for path, _ in revs.values():
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], capture_output=True)
+        shutil.rmtree(tree_dir, ignore_errors=True)
     cpus = len(set(cpu_list(a.server_cpus)) | {1})
     results = []
     for s in sizes:
@@ -217,7 +248,8 @@ def main():
     backend = ("selector" if all("--no-iouring" in f for _, f in variants)
                else "io_uring where the probe passes, unless a variant says --no-iouring")
     doc = provenance(benchmark=a.name, backend=backend, loadavg_before=load_before, load="%s c%d %ds" % (a.generator, a.connections, a.duration),
-                     pinning="pulsys CPU %s, %s CPU 1" % (a.server_cpus, a.generator), rounds=a.rounds, results=results)
+                     pinning="pulsys CPU %s, %s CPU 1" % (a.server_cpus, a.generator), rounds=a.rounds, results=results,
+                     revisions={rev: sha for rev, (_, sha) in revs.items()})
     print("wrote", write_result("%s.json" % a.name, doc, a.out_dir))
 
 
