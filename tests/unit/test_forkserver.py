@@ -22,6 +22,12 @@ PRELUDE = textwrap.dedent("""
         if arg == 99:
             time.sleep(60)
         return arg
+
+    def spawn(fs, arg):     # a child running target(a pipe's write end, arg); the read end
+        r, w = os.pipe()
+        proc = fs.spawn([w], arg)
+        os.close(w)
+        return proc, r
 """)
 
 
@@ -35,9 +41,7 @@ def run(body):
 def test_a_child_runs_the_target_with_the_fds_and_its_exit_code_is_reported():
     out = run("""
         fs = ForkServer(target)
-        r, w = os.pipe()
-        proc = fs.spawn([w], 7)
-        os.close(w)
+        proc, r = spawn(fs, 7)
         got = os.read(r, 100).decode()
         assert proc.wait(10) == 7, proc.returncode
         assert got == "7:%d" % fs.pid, got             # its parent is the fork server
@@ -54,9 +58,7 @@ def test_a_child_runs_the_target_with_the_fds_and_its_exit_code_is_reported():
 def test_signals_reach_a_live_child_and_report_it_as_killed():
     out = run("""
         fs = ForkServer(target)
-        r, w = os.pipe()
-        proc = fs.spawn([w], 99)
-        os.close(w)
+        proc, r = spawn(fs, 99)
         os.read(r, 100)                                  # it runs
         assert proc.poll() is None
         proc.terminate()
@@ -72,9 +74,7 @@ def test_spawns_after_many_exits_still_get_their_own_reply():
         fs = ForkServer(target)
         codes = []
         for i in range(20):
-            r, w = os.pipe()
-            proc = fs.spawn([w], i)
-            os.close(w)
+            proc, r = spawn(fs, i)
             os.read(r, 100)
             os.close(r)
             codes.append(proc.wait(10))
