@@ -107,8 +107,7 @@ class _Base:
         self.admin = None
         if config.admin_listen:
             self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars,
-                                     self.plane.api)
-            self.admin.httpd.ready_fn = self.ready
+                                     self.plane.api, ready_fn=self.ready)
         self._stop = threading.Event()
         self.failed = False
         self.fail_message = None
@@ -279,9 +278,9 @@ class ProcessServer(_Base):
         self.relays = FillRelays()
         self.supervisor = Supervisor(config, self.facts, self.listeners, self.links, self.relays,
                                      self.pool.submit, on_served=self.space.touch_many,
+                                     on_downloads=self.downloads.add,
                                      key_table=self._key_table if self.plane.data_gate else None,
                                      forks=forks)
-        self.supervisor.on_downloads = self.downloads.add
 
     def _key_table(self):
         return self.plane.gate.table

@@ -264,10 +264,10 @@ class Supervisor:
     `forks` the ForkServer whose target is forked_worker, or None: fork+exec."""
 
     def __init__(self, config, facts, listeners, links, relays, submit, on_served=None,
-                 key_table=None, forks=None):
+                 on_downloads=None, key_table=None, forks=None):
         self.forks = forks
         self.on_served = on_served        # fn([(blob id, time)]): workers' warm hits (Space)
-        self.on_downloads = None          # fn([(cache key, packed)]): per-repo stats (app sets it)
+        self.on_downloads = on_downloads  # fn([(cache key, packed)]): per-repo stats (Downloads)
         self.key_table = key_table        # fn() -> the active API keys, or None: --auth off
         self.config = config
         self.facts = facts

@@ -130,12 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class AdminServer:
-    def __init__(self, host, port, vars_fn, api=None):
+    def __init__(self, host, port, vars_fn, api=None, ready_fn=None):
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.vars_fn = vars_fn
         self.httpd.api = api            # admin.api.AdminApi, or None: no JSON API
-        self.httpd.ready_fn = None      # () -> (ready, {check: bool}) for /readyz (admin/readiness.py)
+        self.httpd.ready_fn = ready_fn  # () -> (ready, {check: bool}) for /readyz (admin/readiness.py)
         self.httpd.console = Console(api) if api is not None else None    # the web console
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="pulsys-admin",
                                        kwargs={"poll_interval": 0.1}, daemon=True)
