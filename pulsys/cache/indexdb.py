@@ -73,7 +73,11 @@ class IndexDB:
         except lmdb.Error as e:
             raise IndexUnusable("cannot open the index %s: %s" % (self.path, e)) from None
         try:
-            dbs = [self.env.open_db(n, create=writer) for n in _DBS]
+            if writer:      # every named database in one transaction: a kill leaves all or none
+                with self.env.begin(write=True) as tx:
+                    dbs = [self.env.open_db(n, txn=tx, create=True) for n in _DBS]
+            else:
+                dbs = [self.env.open_db(n, create=False) for n in _DBS]
         except lmdb.Error as e:
             self.env.close()
             raise IndexUnusable("the index %s is not usable: %s" % (self.path, e)) from None
