@@ -69,12 +69,51 @@ class Budget:
             self.left += 1
 
 
-class FillRun:
-    """The owner's side of one Fill. `up` is the Upstream service: request, counters,
-    store, index, inflight registry, pool spawn, retry settings."""
+class Origin:
+    """Where a fill's body comes from. request(method, url, headers): one request, no
+    redirects followed; host_allowed(url): may a redirect be followed there; body_counter:
+    the counter the body bytes go to; refetches: a copy that fails verification is
+    fetched once more from here; on_end(fill): called once the fill has ended (after the
+    in-flight registry let it go), or None."""
+    __slots__ = ("request", "host_allowed", "body_counter", "refetches", "on_end")
 
-    def __init__(self, up, fill, entry, url, resp=None, attempt=1, renew=None):
-        self.up, self.fill, self.entry = up, fill, entry
+    def __init__(self, request, host_allowed, body_counter=M.UPSTREAM_BODY_BYTES, refetches=True,
+                 on_end=None):
+        self.request, self.host_allowed = request, host_allowed
+        self.body_counter, self.refetches, self.on_end = body_counter, refetches, on_end
+
+
+class Committer:
+    """What a fill changes in the cache. store: commit_blob, blob_path, discard;
+    publish(entry): into the index; inflight: the registry (done(fill));
+    mark_suspect(entry) -> the entry flagged (ADR 0012); prepare_refetch(entry) -> the
+    Fill of a refetch or None; refetch(entry, url, renew, fill): run it."""
+    __slots__ = ("store", "publish", "inflight", "mark_suspect", "prepare_refetch", "refetch")
+
+    def __init__(self, store, publish, inflight, mark_suspect, prepare_refetch, refetch):
+        self.store, self.publish, self.inflight = store, publish, inflight
+        self.mark_suspect, self.prepare_refetch, self.refetch = mark_suspect, prepare_refetch, refetch
+
+
+class Fetchers:
+    """Extra fetchers: `budget` (a Budget over all fills) and spawn(fn), which runs fn on
+    a pool thread (RuntimeError once the pool shuts down)."""
+    __slots__ = ("budget", "spawn")
+
+    def __init__(self, budget, spawn):
+        self.budget, self.spawn = budget, spawn
+
+
+class FillRun:
+    """The owner's side of one Fill: its fetchers, resumes, verification and commit.
+    origin, cache (a Committer), fetchers: as above; retries: failed attempts in a row a
+    piece may make; counters, log: where it counts and logs."""
+
+    def __init__(self, fill, entry, url, origin, cache, fetchers, retries, counters, log, resp=None,
+                 attempt=1, renew=None):
+        self.fill, self.entry = fill, entry
+        self.origin, self.cache, self.fetchers_of = origin, cache, fetchers
+        self.retries, self.c, self.log = retries, counters, log
         self.url = url            # where the body is: the CDN URL, or the URL that answered 200
         self.renew = renew        # () -> a new signed body URL, or None when URLs do not expire
         self.renew_lock = threading.Lock()
@@ -108,26 +147,26 @@ class FillRun:
 
     def _on_demand(self, fill, offset):
         """A reader waits at `offset` and nothing will reach it soon (any thread; never blocks)."""
-        up = self.up
+        budget = self.fetchers_of.budget
         with self.lock:
             if self.ended or self.fetchers == 0 or self.fetchers >= PER_FILL:
                 return
-            if not up.budget.take():
+            if not budget.take():
                 return
             self.fetchers += 1
         try:
-            up.spawn(self._extra)
+            self.fetchers_of.spawn(self._extra)
         except RuntimeError:      # the pool is shutting down
-            up.budget.give()
+            budget.give()
             self._end_fetcher(None)
             return
-        up.c[M.FILL_FETCHERS] += 1
+        self.c[M.FILL_FETCHERS] += 1
 
     def _extra(self):
         try:
             outcome = self._fetch(None, FIRST_PIECE, None, None)
         finally:
-            self.up.budget.give()
+            self.fetchers_of.budget.give()
         self._end_fetcher(outcome)
 
     def _fetch(self, after, length, resp, nxt):
@@ -172,7 +211,7 @@ class FillRun:
         return None if complete else end
 
     def _resume_until(self, pos, end, resp):
-        up, fill, size = self.up, self.fill, self.entry.size
+        origin, fill, size = self.origin, self.fill, self.entry.size
         fails, renewals, complete = 0, 0, False
         while pos < end:
             began = pos
@@ -180,7 +219,7 @@ class FillRun:
                 if resp is None:
                     url = self.url
                     try:
-                        resp = open_range(up.ranged_request, up.host_allowed, url, pos, end, size)
+                        resp = open_range(origin.request, origin.host_allowed, url, pos, end, size)
                     except Forbidden:
                         if self.renew is None or renewals >= RENEWALS:
                             raise
@@ -205,11 +244,11 @@ class FillRun:
                     raise Transient("upstream body ended at byte %d, piece ends at %d" % (pos, end))
             except _NETWORK as e:
                 fails = 1 if pos - began >= RESET_AFTER else fails + 1
-                if fails > up.fill_retries:
+                if fails > self.retries:
                     raise UpstreamError("upstream body failed at byte %d after %d retries: %s"
-                                        % (pos, up.fill_retries, _why(e))) from e
-                up.c[M.UPSTREAM_RETRIES] += 1
-                up.log.info("resuming fill", blob=self.entry.blob_id, at=pos, attempt=fails,
+                                        % (pos, self.retries, _why(e))) from e
+                self.c[M.UPSTREAM_RETRIES] += 1
+                self.log.info("resuming fill", blob=self.entry.blob_id, at=pos, attempt=fails,
                             error=_why(e))
                 if resp is not None:
                     resp.close()
@@ -227,7 +266,7 @@ class FillRun:
         """Replace the body URL that answered 403, once for all fetchers that saw it."""
         with self.renew_lock:
             if self.url == expired:
-                self.up.log.info("renewing the body URL", blob=self.entry.blob_id)
+                self.log.info("renewing the body URL", blob=self.entry.blob_id)
                 self.url = self.renew()
 
     def _write(self, pos, chunk, end):
@@ -237,7 +276,7 @@ class FillRun:
             view, off = view[n:], off + n
         complete = self.fill.wrote(pos, len(chunk), end)
         self.hasher.wrote(pos, chunk, self.fill)
-        self.up.c[M.UPSTREAM_BODY_BYTES] += len(chunk)
+        self.c[self.origin.body_counter] += len(chunk)
         return complete
 
     def _end_fetcher(self, failure):
@@ -246,8 +285,8 @@ class FillRun:
             last = self.fetchers == 0
         if last:
             os.close(self.fd)
-        if isinstance(failure, CacheCorrupt) and self.attempt == 1:
-            self.up.refetch(self.entry, self.url, self.renew, self.next_fill)
+        if isinstance(failure, CacheCorrupt) and self.attempt == 1 and self.origin.refetches:
+            self.cache.refetch(self.entry, self.url, self.renew, self.next_fill)
 
     # -- end -------------------------------------------------------------------------------
 
@@ -259,18 +298,23 @@ class FillRun:
             return e if self._fail(e) else None
 
     def _commit(self):
-        up, fill, entry = self.up, self.fill, self.entry
+        cache, fill, entry = self.cache, self.fill, self.entry
         if not self.hasher.matches(entry.size):
             raise CacheCorrupt("content does not match %s" % entry.blob_id)
-        fill.final_path = up.store.blob_path(entry.blob_id)
-        path = up.store.commit_blob(fill.part_path, entry.blob_id)
+        fill.final_path = cache.store.blob_path(entry.blob_id)
+        path = cache.store.commit_blob(fill.part_path, entry.blob_id)
         done = entry.with_blob(path)
-        up.publish(done)
+        cache.publish(done)
         with self.lock:
             self.ended = True
         fill.finish(done)
-        up.c[M.FILLS_COMPLETED] += 1
-        up.inflight.done(fill)
+        self.c[M.FILLS_COMPLETED] += 1
+        self._ended()
+
+    def _ended(self):
+        self.cache.inflight.done(self.fill)
+        if self.origin.on_end is not None:
+            self.origin.on_end(self.fill)
 
     def _fail(self, error):
         """End the fill as failed, once. -> True for the call that did it."""
@@ -278,22 +322,22 @@ class FillRun:
             if self.ended:
                 return False
             self.ended = True
-        up, fill = self.up, self.fill
-        up.c[M.FILLS_FAILED] += 1
+        cache, fill = self.cache, self.fill
+        self.c[M.FILLS_FAILED] += 1
         if isinstance(error, CacheCorrupt):
-            up.c[M.INTEGRITY_FAILURES] += 1
+            self.c[M.INTEGRITY_FAILURES] += 1
             if fill.spans:
                 # bytes were readable, so readers may hold some of the wrong ones: flag
                 # the blob before its readers are cut short (ADR 0012)
-                self.entry = up.mark_suspect(self.entry)
-            if self.attempt == 1:
-                self.next_fill = up.prepare_refetch(self.entry)
+                self.entry = cache.mark_suspect(self.entry)
+            if self.attempt == 1 and self.origin.refetches:
+                self.next_fill = cache.prepare_refetch(self.entry)
                 if self.next_fill is not None:    # readers go on from it (ADR 0012)
                     error = Refetching(str(error))
-        up.log.warning("fill failed", blob=self.entry.blob_id, attempt=self.attempt, error=_why(error))
+        self.log.warning("fill failed", blob=self.entry.blob_id, attempt=self.attempt, error=_why(error))
         fill.fail(error)
-        up.store.discard(fill.part_path)
-        up.inflight.done(fill)
+        cache.store.discard(fill.part_path)
+        self._ended()
         if not isinstance(error, Exception):
             raise error
         return True

@@ -33,7 +33,7 @@ from pulsys.model.key import cache_key, rev_key, target_key
 from pulsys.upstream import headers as UH
 from pulsys.upstream import negative as NEG
 from pulsys.upstream.guard import host_allowed
-from pulsys.upstream.fill import Budget, FillRun
+from pulsys.upstream.fill import Budget, Committer, Fetchers, FillRun, Origin
 from pulsys.upstream.flights import Flights
 
 MAX_API_BODY = 256 << 20
@@ -99,6 +99,12 @@ class Upstream:
         # the index holds in learn_index(), which the app runs in the background
         self.files = FileSets()
         self.negatives = Negatives(config.max_negative_entries)
+        # what a FillRun may use of this service (upstream/fill.py): the Hub as the origin of
+        # bodies, the cache its commit changes, the pool threads extra fetchers run on
+        self.origin = Origin(self.ranged_request, self._host_allowed)
+        self.committer = Committer(store, self._publish, inflight, self.mark_suspect,
+                                   self.prepare_refetch, self.refetch)
+        self.fetchers = Fetchers(self.budget, self.spawn)
 
     def learn_index(self):
         """Read the index once: complete file lists (the API documents: two prefix scans)
@@ -180,7 +186,6 @@ class Upstream:
             self.c[M.NEGATIVE_EVICTIONS] += len(gone)
 
     publish = _publish
-    host_allowed = _host_allowed
 
     def _set_rev(self, rtype, repo, rev, commit):
         if not rev or T.is_commit(rev) or not T.is_commit(commit):
@@ -519,12 +524,16 @@ class Upstream:
             "(--evict %s)" % (entry.blob_id, entry.size, sp.used + sp.reserved_total, sp.max_bytes,
                               sp.policy), "CacheFull"), None, "error"))
 
-    def _run_fill(self, job, entry, fill, resp, url, renew, side=None):
+    def _fill_run(self, fill, entry, url, origin, resp=None, attempt=1, renew=None):
+        return FillRun(fill, entry, url, origin, self.committer, self.fetchers, self.fill_retries,
+                       self.c, self.log, resp, attempt, renew)
+
+    def _run_fill(self, job, entry, fill, resp, url, renew, origin=None):
         """Answer the job from the new fill at once, then run its first fetcher here.
-        side: what the fill sees as its upstream, when not this service (shared_tier)."""
+        origin: where the body comes from when not the Hub (shared_tier's bucket)."""
         self.c[M.FILLS_STARTED] += 1
         try:
-            run = FillRun(side or self, fill, entry, url, resp, renew=renew)
+            run = self._fill_run(fill, entry, url, origin or self.origin, resp, renew=renew)
         except OSError as e:      # the part file cannot be created
             self.c[M.FILLS_FAILED] += 1
             fill.fail(e)
@@ -567,7 +576,7 @@ class Upstream:
         self.c[M.FILL_REFETCHES] += 1
         self.log.warning("refetching after a digest mismatch", blob=entry.blob_id)
         try:
-            run = FillRun(self, fill, entry, url, None, attempt=2, renew=renew)
+            run = self._fill_run(fill, entry, url, self.origin, attempt=2, renew=renew)
         except OSError as e:
             self.c[M.FILLS_FAILED] += 1
             fill.fail(e)

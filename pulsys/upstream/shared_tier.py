@@ -37,6 +37,7 @@ from pulsys.model import target as T
 from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.job import Reply
 from pulsys.model.key import rev_key, target_key
+from pulsys.upstream.fill import Origin
 from pulsys.upstream.service import blob_id_for
 
 PRESIGN_SECONDS = 3600      # a presigned URL's life; a fill that outlives it presigns again (403)
@@ -341,8 +342,14 @@ class SharedTier:
         with self.lock:
             self.from_bucket.add(entry.blob_id)
         self.c[M.SHARED_FILLS] += 1
+        # the bucket as the fill's origin: pieces are GETs of the presigned URL (no Hub
+        # token, counted in shared_requests, bytes in shared_body_bytes), no redirect is
+        # followed, and a copy that fails verification is not fetched from the bucket
+        # again: the tier deletes it (fill_ended) and the next request goes to the Hub
+        origin = Origin(functools.partial(_bucket_request, up), _no_redirects,
+                        body_counter=M.SHARED_BODY_BYTES, refetches=False, on_end=self.fill_ended)
         up.run_fill(job, entry, fill, None, self.presign(key), functools.partial(self.presign, key),
-                    side=_FromBucket(up, self))
+                    origin=origin)
 
     def fill_ended(self, fill):
         """A fill from the bucket ended (any thread). When it failed, that blob comes from
@@ -467,61 +474,11 @@ def _digest(entry_json):
     return hashlib.sha256(json.dumps(entry_json, sort_keys=True).encode()).digest()
 
 
-class _Recount:
-    """A counter list that books one counter under another name."""
-    __slots__ = ("c", "src", "dst")
-
-    def __init__(self, c, src, dst):
-        self.c, self.src, self.dst = c, src, dst
-
-    def __getitem__(self, i):
-        return self.c[self.dst if i == self.src else i]
-
-    def __setitem__(self, i, v):
-        self.c[self.dst if i == self.src else i] = v
+def _bucket_request(up, method, url, headers):
+    up.c[M.SHARED_REQUESTS] += 1
+    return up.session.request(method, url, headers=headers, stream=True, allow_redirects=False,
+                              timeout=up.timeout)
 
 
-class _Ending:
-    """The Inflight registry as a bucket fill sees it: its end is reported to the tier."""
-    __slots__ = ("inflight", "tier")
-
-    def __init__(self, inflight, tier):
-        self.inflight, self.tier = inflight, tier
-
-    def done(self, fill):
-        self.inflight.done(fill)
-        self.tier.fill_ended(fill)
-
-    def __getattr__(self, name):
-        return getattr(self.inflight, name)
-
-
-class _FromBucket:
-    """The Upstream service as FillRun sees it for a body from the bucket: pieces are GETs
-    of the presigned URL (no Hub token, counted in shared_requests, bytes in
-    shared_body_bytes), no redirects are followed, and a copy that fails verification is
-    not fetched again from the bucket: the tier deletes it and the next request for the
-    blob goes to the Hub."""
-
-    def __init__(self, up, tier):
-        self._up = up
-        self.c = _Recount(up.c, M.UPSTREAM_BODY_BYTES, M.SHARED_BODY_BYTES)
-        self.inflight = _Ending(up.inflight, tier)
-
-    def __getattr__(self, name):
-        return getattr(self._up, name)
-
-    def ranged_request(self, method, url, headers):
-        up = self._up
-        self.c[M.SHARED_REQUESTS] += 1
-        return up.session.request(method, url, headers=headers, stream=True, allow_redirects=False,
-                                  timeout=up.timeout)
-
-    def host_allowed(self, url):
-        return False
-
-    def prepare_refetch(self, entry):
-        return None      # not from the bucket again: readers are cut, the next asks the Hub
-
-    def refetch(self, entry, url, renew, fill):
-        pass
+def _no_redirects(url):
+    return False
