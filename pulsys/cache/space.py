@@ -270,7 +270,6 @@ def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log
     """The Space of a store whose index is open: accounts read back from the index (in
     the background by default), wired to commits, running fills and eviction."""
     space = Space(max_bytes, policy, counters, clock)
-    store.on_commit = space.committed
     space.running = lambda blob_id: inflight.get(blob_id) is not None
     space.evict_fn = evictor(index, store, drop_fds, log)
     space.size_of = store.blob_size

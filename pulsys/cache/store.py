@@ -54,7 +54,6 @@ class Store:
         # them answer open-ended resumes with the whole body (ADR 0012). Replaced whole.
         self.suspects = frozenset(_blob_of(n) for n in os.listdir(self.suspect_dir)
                                   if not n.startswith("."))
-        self.on_commit = None         # callable(blob_id, size) after a blob lands in blobs/
         self._lock_fd = -1
         self.log = get_logger("store")
 
@@ -125,15 +124,12 @@ class Store:
         fd = os.open(part_path, os.O_RDONLY)
         try:
             os.fsync(fd)
-            size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         dest = self.blob_path(blob_id)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         os.replace(part_path, dest)
         _fsync_dir(os.path.dirname(dest))
-        if self.on_commit is not None:
-            self.on_commit(blob_id, size)
         return dest
 
     def remove_blob(self, blob_id, size=None):

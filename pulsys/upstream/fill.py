@@ -87,12 +87,16 @@ class Committer:
     """What a fill changes in the cache. store: commit_blob, blob_path, discard;
     publish(entry): into the index; inflight: the registry (done(fill));
     mark_suspect(entry) -> the entry flagged (ADR 0012); prepare_refetch(entry) -> the
-    Fill of a refetch or None; refetch(entry, url, renew, fill): run it."""
-    __slots__ = ("store", "publish", "inflight", "mark_suspect", "prepare_refetch", "refetch")
+    Fill of a refetch or None; refetch(entry, url, renew, fill): run it; committed:
+    callables(blob_id, size) told, in order, of each blob that lands in blobs/ (the
+    Space's accounts, the shared tier's uploads)."""
+    __slots__ = ("store", "publish", "inflight", "mark_suspect", "prepare_refetch", "refetch",
+                 "committed")
 
-    def __init__(self, store, publish, inflight, mark_suspect, prepare_refetch, refetch):
+    def __init__(self, store, publish, inflight, mark_suspect, prepare_refetch, refetch, committed=()):
         self.store, self.publish, self.inflight = store, publish, inflight
         self.mark_suspect, self.prepare_refetch, self.refetch = mark_suspect, prepare_refetch, refetch
+        self.committed = tuple(committed)
 
 
 class Fetchers:
@@ -303,6 +307,8 @@ class FillRun:
             raise CacheCorrupt("content does not match %s" % entry.blob_id)
         fill.final_path = cache.store.blob_path(entry.blob_id)
         path = cache.store.commit_blob(fill.part_path, entry.blob_id)
+        for told in cache.committed:
+            told(entry.blob_id, entry.size)
         done = entry.with_blob(path)
         cache.publish(done)
         with self.lock:

@@ -103,7 +103,9 @@ class Upstream:
         # bodies, the cache its commit changes, the pool threads extra fetchers run on
         self.origin = Origin(self.ranged_request, self._host_allowed)
         self.committer = Committer(store, self._publish, inflight, self.mark_suspect,
-                                   self.prepare_refetch, self.refetch)
+                                   self.prepare_refetch, self.refetch,
+                                   [fn for fn in (space and space.committed, shared and shared.blob_committed)
+                                    if fn])
         self.fetchers = Fetchers(self.budget, self.spawn)
 
     def learn_index(self):

@@ -117,13 +117,6 @@ class SharedTier:
         self.known = collections.OrderedDict()    # key -> digest of the immutable entry the bucket has
         self.threads = [threading.Thread(target=self._uploader, args=(q,), daemon=True,
                                          name="pulsys-shared-%s" % q) for q in ("meta", "blob")]
-        prev = store.on_commit
-
-        def on_commit(blob_id, size):
-            if prev is not None:
-                prev(blob_id, size)
-            self.blob_committed(blob_id, size)
-        store.on_commit = on_commit
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -408,7 +401,8 @@ class SharedTier:
         self._queue(self.meta_q, (doc, None), key)
 
     def blob_committed(self, blob_id, size):
-        """store.on_commit (a fill thread): queue a blob that came from the Hub."""
+        """A fill committed a blob (a fill thread; the service's Committer calls it): queue
+        it for upload when it came from the Hub."""
         with self.lock:
             if blob_id in self.from_bucket:
                 self.from_bucket.discard(blob_id)
