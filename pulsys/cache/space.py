@@ -36,7 +36,8 @@ FLUSH = 60.0          # seconds between writes of last-served times to the index
 
 
 class Space:
-    def __init__(self, max_bytes=0, policy="lru", counters=None, clock=time.monotonic):
+    def __init__(self, max_bytes=0, policy="lru", counters=None, clock=time.monotonic, evict_fn=None,
+                 running=None, size_of=None):
         self.max_bytes = max_bytes        # 0 = unlimited
         self.policy = policy              # "lru" | "none"
         self.c = counters if counters is not None else M.new()
@@ -48,10 +49,10 @@ class Space:
         self.reserved_total = 0
         self.pins = {}                    # blob id -> count of pool threads publishing it
         self.sources = []                 # callables -> [(blob id, monotonic time)] (reactors)
-        self.evict_fn = None              # callable([(blob id, size)]) -> None
-        self.running = None               # callable(blob id) -> is a fill for it running?
+        self.evict_fn = evict_fn          # callable([(blob id, size)]) -> None
+        self.running = running            # callable(blob id) -> is a fill for it running?
         self.table = None                 # cache.index.Index: where the accounts persist
-        self.size_of = None               # callable(blob id) -> size of the file, or None
+        self.size_of = size_of            # callable(blob id) -> size of the file, or None
         self.loaded = threading.Event()
         self.loaded.set()                 # until load_from() starts a load
         self._dirty = set()               # blobs whose last-served time is not written yet
@@ -269,10 +270,8 @@ def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log
               clock=time.monotonic, background=True):
     """The Space of a store whose index is open: accounts read back from the index (in
     the background by default), wired to commits, running fills and eviction."""
-    space = Space(max_bytes, policy, counters, clock)
-    space.running = lambda blob_id: inflight.get(blob_id) is not None
-    space.evict_fn = evictor(index, store, drop_fds, log)
-    space.size_of = store.blob_size
+    space = Space(max_bytes, policy, counters, clock, evict_fn=evictor(index, store, drop_fds, log),
+                  running=lambda blob_id: inflight.get(blob_id) is not None, size_of=store.blob_size)
     space.load_from(index, background)
 
     def check():

@@ -51,11 +51,10 @@ def test_bad_space_flags_are_one_line_and_exit_2(args):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("pulsys: error:"), p.stderr
 
 
-def space(max_bytes, policy="lru"):
+def space(max_bytes, policy="lru", running=None):
     clock = Clock()
-    sp = Space(max_bytes, policy, clock=clock)
     evicted = []
-    sp.evict_fn = evicted.extend
+    sp = Space(max_bytes, policy, clock=clock, evict_fn=evicted.extend, running=running)
     return sp, clock, evicted
 
 
@@ -114,9 +113,8 @@ def test_a_pin_fails_for_an_evicted_blob():
 
 
 def test_commit_turns_a_reservation_into_used_bytes_and_dead_reservations_are_dropped():
-    sp, clock, _ = space(100)
     live = {"sha1/a", "sha1/b"}
-    sp.running = live.__contains__
+    sp, clock, _ = space(100, running=live.__contains__)
     assert sp.reserve("sha1/a", 40) and sp.reserve("sha1/b", 50)
     clock.t = 200.0
     sp.committed("sha1/a", 40)
