@@ -130,7 +130,7 @@ class AccessLogWriter(threading.Thread):
                     if s != sec:
                         sec, sec_text = s, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s))
                     us = int(rec[2] * 1e6 + 0.5)
-                    dur = durs[us] if us < 2000 else "%d.%03d" % divmod(us, 1000)   # milliseconds
+                    dur = durs[us] if us < len(durs) else "%d.%03d" % divmod(us, 1000)   # milliseconds
                     if js:
                         out.append(_JSON_LINE % (part, dur, sec_text, int((wall - s) * 1e6)))
                     else:

@@ -78,8 +78,6 @@ class Upstream:
         self.offline = config.offline
         self.timeout = (config.upstream_timeout, config.upstream_timeout)
         self.fill_retries = config.fill_retries
-        self.budget = Budget(max(1, config.fill_threads // 2))   # extra fetchers, all fills
-        self.spawn = spawn or _spawn_thread
         self.guard = guard
         self.space = space
         self.shared = shared
@@ -106,7 +104,8 @@ class Upstream:
                                    self.prepare_refetch, self.refetch,
                                    [fn for fn in (space and space.committed, shared and shared.blob_committed)
                                     if fn])
-        self.fetchers = Fetchers(self.budget, self.spawn)
+        self.fetchers = Fetchers(Budget(max(1, config.fill_threads // 2)),   # extra fetchers, all fills
+                                 spawn or _spawn_thread)
 
     def learn_index(self):
         """Read the index once: complete file lists (the API documents: two prefix scans)
