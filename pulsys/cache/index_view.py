@@ -39,7 +39,7 @@ from pulsys.model.entry import FILE
 from pulsys.model.key import rev_key, target_key
 
 SMALL_BODY_MAX = 16 * 1024
-MEMO_MAX = 2048          # as many keys as the reactor remembers request heads (reactor/base.py)
+MEMO_MAX = 2048          # as many keys as the reactor remembers request heads (reactor/step.py)
 MEMO_BYTES = 16 << 20
 
 

@@ -54,7 +54,7 @@ _METHOD = re.compile(r"[A-Z_\-]+")
 # then an optional ":" and a port of 1-5 digits up to 65535. No userinfo, "/", spaces,
 # pct-encoding or empty parts: RFC 9112 §3.2 makes an invalid Host a 400. One fullmatch,
 # 0.36 us for "hf.local:8080" (timeit, 2-CPU development VM), paid the first time a head
-# is seen only: remembered heads skip the parser (reactor/base.py HEAD_MEMO).
+# is seen only: remembered heads skip the parser (reactor/step.py HEAD_MEMO).
 _HOST = re.compile(r"(?:[A-Za-z0-9._\-]+|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"
                    r"(?::(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]"
                    r"|6553[0-5]))?")

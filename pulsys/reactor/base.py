@@ -1,45 +1,40 @@
-"""The request step every reactor backend shares.
+"""A reactor: one thread, one listening socket, its connections. The loop, the
+connection state machine and every answer's bookkeeping are written here once; a
+backend (selector.py, uring.py) owns only its I/O and its per-connection I/O state.
 
-    bytes -> http1.parse -> route -> cache index -> warm.plan_warm -> backend sends
-                                        | miss
-                                        v
-                             submit(Job) to the fill pool; the Reply comes back
-                             through this reactor's Mailbox and is planned the same way
+    backend recv -> HttpStep.read / decide (step.py: parse, route, gate, look up, plan)
+        ANSWERED  send conn.out (a refusal, a local answer)
+        HIT       serve_hit: open the body, book() the hit, send
+        MISS      submit(Job) to the fill pool; its Reply comes back through this
+                  reactor's Mailbox and is planned and booked the same way
 
-A backend subclass owns the event loop and the socket calls; it calls on_bytes_ready /
-on_writable and implements want(conn, events) and the send primitives. Nothing here
-blocks: no upstream, DNS, fsync or database call happens on a reactor thread.
+The io_uring fused hit (uring.py) answers a head whose whole answer it remembers
+without read/decide, and ends in book() as well.
+
+What a backend provides: io_open(), io_turn() (wait up to a second for I/O, dispatch
+it, set self.now), io_close(); recv(conn) (False: the bytes come later, through
+advance); want(conn, events); send(conn) (default: send_stream, the head and then the
+file body with sendfile); release_socket(conn); accept_on() / accept_off(). Nothing
+here blocks: no upstream, DNS, fsync or database call happens on a reactor thread.
 """
 
 import os
 import time
 
 from pulsys import metrics as M
-from pulsys.auth.gate import refusal
 from pulsys.cache.downloads import ONE
 from pulsys.cache.inflight import DONE, FAILED
-from pulsys.errors import ProtocolError, Refetching
-from pulsys.http1.heads import error_response, prepare, render_canned
+from pulsys.errors import Refetching
+from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
-from pulsys.http1.parse import parse_request_head
-from pulsys.model import target as T
 from pulsys.model.entry import FILE
 from pulsys.model.job import Job
-from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, WAIT_FILL, WAIT_JOB
+from pulsys.reactor.conn import CLOSED, READ, SEND, WAIT_FILL, WAIT_JOB, respond
 from pulsys.reactor.limits import ConnectionLimits
+from pulsys.reactor.step import ANSWERED, HIT, NEED, HttpStep
 from pulsys.route import route
 from pulsys.warm import plan_warm
 
-# Heads seen before, by their exact bytes: parsing is pure, so equal bytes give an equal
-# head and the same route. Parsing a 250-byte hf client head costs ~5 us and routing it
-# ~6 us; a whole remembered warm hit on io_uring ~2.6 us (tests/bench/test_bench_micro.py).
-# Distinct GET/HEAD heads remembered per reactor (and io_uring answers). With the index
-# memo's keys (cache/index_view.py MEMO_MAX) a remembered random key costs ~3 KB
-# (tracemalloc, 100k-entry cache): 2048 keep a worker's memos near 6 MiB, so 48 workers
-# hold ~300 MiB of them, not 600 (docs/benchmarks.md, "The index at scale").
-HEAD_MEMO = 2048
-HEAD_MEMO_MAX = 2048       # longer heads are parsed every time
-MAX_BODY = 1 << 20          # POST paths-info bodies are a few KiB; refuse more than 1 MiB
 BLOCKED, WAITING, DONE_SEND, ABORT = range(4)
 # Body bytes one connection may send before the others get a turn. On loopback a fast
 # reader drains the socket as fast as sendfile fills it, so without a cap one 16 MiB
@@ -52,14 +47,7 @@ SEND_TURN = 2 << 20
 CARRY_MAX = 64 << 20
 CHECK_TURN = 1 << 20
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
-
-_LOCAL = {
-    "healthz": ((("Content-Type", "text/plain"),), b"ok\n"),
-    # huggingface_hub 2.x asks once a day; the `hf` CLI (2.4) reads it as a dict at import
-    # and crashes on anything else, so answer locally with an empty document
-    "agent-harnesses": ((("Content-Type", "application/json"),),
-                        b'{"standardEnvVars":[],"harnesses":{}}'),
-}
+_HITS = M.CACHE_HITS
 
 
 def _open_resume(conn):
@@ -101,11 +89,34 @@ class ReactorBase:
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
         self.conns = {}
-        self.heads = {}    # exact head bytes -> (RequestHead, Target), GET/HEAD without body
+        self.step = HttpStep(index, gate, self.counters)
         self.served = {}   # blob id -> monotonic time of its last warm hit (cache/recency.py)
         self.downloads = {}   # cache key -> GETs answered and bytes, packed (cache/downloads.py)
         self.now = time.monotonic()
         self.log = get_logger("reactor")
+
+    # -- the loop --------------------------------------------------------------
+
+    def run(self):
+        """Serve until stop(): the backend's I/O turn, then the mailbox, then (once a
+        second) the timeouts; on the way out every connection is closed."""
+        self.io_open()
+        mailbox, turn = self.mailbox, self.io_turn
+        next_sweep = time.monotonic() + 1.0
+        try:
+            while not self.stopping:
+                turn()
+                if mailbox.pending():
+                    mailbox.drain()
+                now = self.now
+                if now >= next_sweep:
+                    self.sweep()
+                    next_sweep = now + 1.0
+        finally:
+            for conn in list(self.conns.values()):
+                self.close(conn)
+            self.io_close()
+            self.fdcache.close_all()
 
     # -- state machine -------------------------------------------------------
 
@@ -114,7 +125,7 @@ class ReactorBase:
         while True:
             st = conn.state
             if st == SEND:
-                r = self._send(conn)
+                r = self.send(conn)
                 if r == BLOCKED:
                     conn.last_active = self.now   # the socket took bytes: not stalled
                     self.want(conn, 2)
@@ -131,134 +142,36 @@ class ReactorBase:
                     return
                 conn.state = READ
             elif st == READ:
-                if not self._read_request(conn):
-                    return
+                step = self.step
+                v = step.read(conn)
+                if v == NEED:
+                    if not self.recv(conn):
+                        return
+                elif v != ANSWERED:
+                    self.on_request(conn, step.head, step.body, step.target)
             else:
                 self.want(conn, 0)
                 return
 
-    def _read_request(self, conn):
-        """Parse and dispatch one request. False when the connection must wait or closed."""
-        rs, re_ = conn.rstart, conn.rend
-        if rs == re_:
-            return self._recv(conn)
-        end = conn.rbuf.find(b"\r\n\r\n", rs, re_)
-        if end >= 0:
-            key = bytes(conn.rview[rs:end + 4])
-            known = self.heads.get(key)
-            if known is not None:
-                conn.rstart = end + 4
-                self.on_request(conn, known[0], b"", known[1])
-                return True
-        try:
-            head = parse_request_head(conn.rbuf, rs, re_)
-        except ProtocolError as e:
-            self.counters[M.PROTOCOL_ERRORS] += 1
-            self._respond(conn, None, e.status_hint, error_response(e.status_hint, e.reason), True)
-            return True
-        if head is None:
-            return self._recv(conn)
-        total = head.head_len + head.content_length
-        body = b""
-        if head.content_length:
-            if head.content_length > MAX_BODY:
-                self._respond(conn, head, 413, error_response(413, "request body too large"), True)
-                return True
-            if conn.rend - conn.rstart < total:
-                if len(conn.rbuf) - conn.rstart < total:
-                    self._grow(conn, total)
-                return self._recv(conn)
-            body = bytes(conn.rbuf[rs + head.head_len:rs + total])
-        t = route(head)
-        if not head.content_length and end >= 0 and (head.method == "GET" or head.method == "HEAD") \
-                and head.head_len <= HEAD_MEMO_MAX and rs + head.head_len == end + 4:
-            if len(self.heads) >= HEAD_MEMO:
-                self.heads.clear()
-            self.heads[key] = (head, t)
-        conn.rstart = rs + total
-        self.on_request(conn, head, body, t)
-        return True
-
-    def _grow(self, conn, need):
-        buf = bytearray(max(need, RBUF_SIZE))
-        n = conn.rend - conn.rstart
-        buf[:n] = conn.rbuf[conn.rstart:conn.rend]
-        conn.rbuf, conn.rview, conn.rstart, conn.rend = buf, memoryview(buf), 0, n
-
-    def _recv(self, conn):
-        if conn.rstart == conn.rend:
-            conn.rstart = conn.rend = 0
-            # a new head starts with whatever this recv brings: --header-timeout runs from
-            # here, and bytes dripping in later do not restart it (sweep)
-            conn.last_active = self.now
-        elif conn.rend == len(conn.rbuf):
-            n = conn.rend - conn.rstart
-            conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
-            conn.rstart, conn.rend = 0, n
-        try:
-            n = conn.sock.recv_into(conn.rview[conn.rend:])
-        except (BlockingIOError, InterruptedError):
-            self.want(conn, 1)
-            return False
-        except OSError:
-            self.counters[M.PEER_RESETS] += 1
-            self.close(conn)
-            return False
-        if n == 0:
-            self.close(conn)
-            return False
-        conn.rend += n
-        return True
-
     # -- requests --------------------------------------------------------------
 
     def on_request(self, conn, head, body, t):
-        c = self.counters
-        c[M.REQUESTS] += 1
-        conn.head = head
-        conn.t0 = time.monotonic()
-        conn.close_after = not head.keep_alive
-        kind = t.kind
-        conn.hbase = M.H_COLD if kind == T.RESOLVE else M.H_API if kind < T.LOCAL else -1
-        gate = self.gate
-        if gate is not None and kind != T.LOCAL and head.authorization not in gate.verdicts \
-                and gate.scope(head.authorization) is None:
-            c[M.AUTH_REFUSALS] += 1
-            conn.hbase = -1
-            self._respond(conn, head, 401, refusal(gate.reason(head.authorization), head.keep_alive,
-                                                   head.method == "HEAD"), not head.keep_alive)
+        step = self.step
+        v = step.decide(conn, head, t)
+        if v == ANSWERED:
             return
-        if kind == T.RESOLVE:
-            e = self.index.lookup(t, conn.t0)
+        if v == HIT:
             # a blob the index names but that cannot be opened with its size is a miss: the
             # upstream plane finds out why and repairs the entry (service._blob_gone)
-            if e is not None and plan_warm(head, e, conn.plan) and self._start(conn, e, None, "hit", warm=True):
-                c[M.CACHE_HITS] += 1
-                conn.hbase = M.H_WARM
-                self.served[e.blob_id] = conn.t0    # for LRU eviction; "" for CANNED entries
-                if e.kind == FILE and head.method == "GET":    # per-repo stats: one dict store
-                    d = self.downloads
-                    d[e.key] = d.get(e.key, 0) + (ONE + (conn.plan.count or len(conn.plan.head)))
+            e = step.entry
+            plan = conn.plan
+            if e.kind == FILE and head.method == "GET":
+                hit = self.serve_hit(conn, e, plan, e.key, ONE + (plan.count or len(plan.head)))
+            else:
+                hit = self.serve_hit(conn, e, plan, None, 0)
+            if hit:
                 return
-            c[M.CACHE_MISSES] += 1
-        elif kind == T.REJECT:
-            # A refusal of the request itself (400 bad target, 501 unknown method) ends the
-            # connection, as the parser's refusals do: bytes after a request pulsys did not
-            # take are not trusted to start the next one (docs/security.md, "Request
-            # rejection and Host"). A 404 or 405 answers a well-formed request whose body,
-            # if any, has been read above (Content-Length only; the parser refuses
-            # Transfer-Encoding), so the next request starts where this one ended.
-            close = t.status != 404 and t.status != 405
-            self._respond(conn, head, t.status,
-                          error_response(t.status, t.message, head.keep_alive and not close,
-                                         head.method == "HEAD", t.allow), close)
-            return
-        elif kind == T.LOCAL:
-            headers, payload = _LOCAL[t.path]
-            out = render_canned(200, headers, len(payload), head.keep_alive)
-            self._respond(conn, head, 200, out if head.method == "HEAD" else out + payload, False)
-            conn.outcome = "local"
-            return
+            self.counters[M.CACHE_MISSES] += 1
         conn.state = WAIT_JOB
         conn.gen += 1
         gen = conn.gen
@@ -267,6 +180,28 @@ class ReactorBase:
         def reply(r):
             post(on_reply, (conn, gen, r))
         self.submit(Job(t, head.method, head.host, body, head.content_type, reply))
+
+    def serve_hit(self, conn, entry, plan, dkey, dcount):
+        """Send a warm hit planned in `plan` through the state machine. -> False (nothing
+        set up, nothing counted) when the blob cannot be opened."""
+        if not self._start(conn, entry, None, "hit", plan, warm=True):
+            return False
+        conn.hbase = M.H_WARM
+        self.book(entry.blob_id, dkey, dcount, conn.t0)
+        return True
+
+    def book(self, blob, dkey, dcount, t0):
+        """The one place an answer from the cache is counted, fused or not: a warm hit
+        (`blob`, else None for a cold answer) and its time for LRU eviction
+        (cache/recency.py; "" for CANNED entries), and a GET of a file (`dkey` its cache
+        key, else None) in the per-repo downloads: `dcount` is ONE plus its bytes
+        (cache/downloads.py)."""
+        if blob is not None:
+            self.counters[_HITS] += 1
+            self.served[blob] = t0
+        if dkey is not None:
+            d = self.downloads
+            d[dkey] = d.get(dkey, 0) + dcount
 
     def _on_reply(self, arg):
         conn, gen, r = arg
@@ -283,21 +218,12 @@ class ReactorBase:
             prepare(r.entry)
         ok = plan_warm(head, r.entry, conn.plan)
         if r.entry.kind == FILE and head.method == "GET" and (ok or r.fill is not None):
-            d = self.downloads      # a cold download, for per-repo stats (cache/downloads.py)
-            d[r.entry.key] = d.get(r.entry.key, 0) + (ONE + (conn.plan.count or len(conn.plan.head)))
+            self.book(None, r.entry.key, ONE + (conn.plan.count or len(conn.plan.head)), conn.t0)
         if not ok and r.fill is None:
-            self._respond(conn, head, 503, error_response(503, "cached body vanished; retry", False), True)
+            respond(conn, head, 503, error_response(503, "cached body vanished; retry", False), True)
         else:
             self._start(conn, r.entry, r.fill if not ok else None, r.outcome)
         self.advance(conn)
-
-    def _respond(self, conn, head, status, data, close):
-        conn.out, conn.out_off, conn.file_left, conn.fill = data, 0, 0, None
-        conn.status, conn.outcome, conn.state = status, "error" if status >= 400 else "local", SEND
-        if close or head is None:
-            conn.close_after = True
-        if head is not None:
-            conn.head = head
 
     def _start(self, conn, entry, fill, outcome, plan=None, warm=False):
         """Set the connection up to send `plan` for `entry`. -> False (nothing set up)
@@ -320,7 +246,7 @@ class ReactorBase:
         if warm:
             conn.file_left = 0
             return False
-        self._respond(conn, conn.head, 503, error_response(503, why), True)
+        respond(conn, conn.head, 503, error_response(503, why), True)
         return True
 
     def _open_body(self, conn, entry, fill):
@@ -415,7 +341,9 @@ class ReactorBase:
 
     # -- sending ---------------------------------------------------------------
 
-    def _send(self, conn):
+    def send_stream(self, conn):
+        """Send conn.out, then the file body (sendfile, MSG_MORE on the head), from the
+        blob or from the fill that is writing it."""
         out = conn.out
         try:
             if conn.out_off < len(out) and self.send_both is not None and conn.file_left \
@@ -493,6 +421,8 @@ class ReactorBase:
         conn.last_active = self.now
         return DONE_SEND
 
+    send = send_stream     # a backend with its own sends replaces this
+
     def _check_sent(self, conn):
         """Compare the body bytes sent from a failed fill, [a, x), with the same bytes of
         what answers now, once they are on disk. -> None (equal: go on sending), ABORT
@@ -568,12 +498,6 @@ class ReactorBase:
         """Client sockets this reactor still holds open."""
         return len(self.conns)
 
-    def release_socket(self, conn):
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
-
     # -- accept-time limits --------------------------------------------------------
 
     def admit(self, sock, peer):
@@ -591,11 +515,13 @@ class ReactorBase:
         instead of spinning on a listener that stays readable."""
         if not self.accept_paused:
             self.accept_paused = True
+            self.accept_off()
             self.log.warning("out of file descriptors; accepting again in a second",
                              open_connections=len(self.conns))
 
     def resume_accept(self):
         self.accept_paused = False
+        self.accept_on()
 
     def sweep(self):
         """Close idle, stalled and slow-header connections; resume a paused accept.
@@ -613,9 +539,6 @@ class ReactorBase:
                     self.close(conn)
             elif conn.state == SEND and idle > self.send_timeout:
                 self.close(conn)
-
-    def want(self, conn, events):
-        raise NotImplementedError
 
     def stop(self):
         """Ask the loop to end; safe from any thread (the mailbox wakes it)."""

@@ -47,3 +47,21 @@ class Conn:
         self.peer = None
         self.hbase = -1
         self.check = None
+
+
+def respond(conn, head, status, data, close):
+    """Set conn up to send `data`, a whole answer in memory (a refusal, a local answer);
+    `close` ends the connection after it (always, when the head could not be parsed)."""
+    conn.out, conn.out_off, conn.file_left, conn.fill = data, 0, 0, None
+    conn.status, conn.outcome, conn.state = status, "error" if status >= 400 else "local", SEND
+    if close or head is None:
+        conn.close_after = True
+    if head is not None:
+        conn.head = head
+
+
+def close_socket(conn):
+    try:
+        conn.sock.close()
+    except OSError:
+        pass

@@ -1,8 +1,10 @@
-"""Portable reactor: one thread, non-blocking sockets on selectors (epoll / kqueue).
+"""Portable reactor backend: non-blocking sockets on selectors (epoll / kqueue).
 
 Optimistic I/O: a connection tries recv/send first and registers interest only when
-the kernel says EAGAIN; accept runs until EAGAIN. The loop, in order: wait, dispatch
-ready sockets, drain the mailbox, sweep timeouts once a second.
+the kernel says EAGAIN; accept runs until EAGAIN. One I/O turn: wait up to a second,
+then dispatch what is ready (the loop itself is ReactorBase.run). Bodies go out with
+the platform's sender (sendfile with MSG_MORE or TCP_CORK; Darwin's sendfile with the
+head in sf_hdtr, one syscall for both).
 """
 
 import errno
@@ -10,8 +12,9 @@ import selectors
 import socket
 import time
 
+from pulsys import metrics as M
 from pulsys.reactor.base import ReactorBase
-from pulsys.reactor.conn import Conn
+from pulsys.reactor.conn import Conn, close_socket
 
 _LISTEN = object()
 _WAKE = object()
@@ -33,6 +36,35 @@ class SelectorReactor(ReactorBase):
         super().__init__(*args, **kw)
         self.sel = selectors.DefaultSelector()
 
+    # -- the I/O turn ------------------------------------------------------------------
+
+    def io_open(self):
+        self.accept_on()
+        self.sel.register(self.mailbox.rsock, selectors.EVENT_READ, _WAKE)
+
+    def io_turn(self):
+        events = self.sel.select(1.0)
+        self.now = time.monotonic()
+        advance = self.advance
+        for key, _mask in events:
+            d = key.data
+            if d is _LISTEN:
+                self._accept()
+            elif d is _WAKE:
+                self.mailbox.drain()      # consumes the wake-up bytes too
+            else:
+                try:
+                    advance(d)
+                except Exception:
+                    self.internal_error(d)
+        # returning lets go of this batch, which may hold the last references to closed
+        # connections (and their 64 KiB buffers)
+
+    def io_close(self):
+        self.sel.close()
+
+    # -- connections -------------------------------------------------------------------
+
     def want(self, conn, events):
         cur = conn.events
         if cur == events:
@@ -45,6 +77,34 @@ class SelectorReactor(ReactorBase):
         else:
             self.sel.modify(sock, _EV[events], conn)
         conn.events = events
+
+    def recv(self, conn):
+        """Read what the socket holds into conn's buffer. -> True when bytes came."""
+        if conn.rstart == conn.rend:
+            conn.rstart = conn.rend = 0
+            # a new head starts with whatever this recv brings: --header-timeout runs from
+            # here, and bytes dripping in later do not restart it (sweep)
+            conn.last_active = self.now
+        elif conn.rend == len(conn.rbuf):
+            n = conn.rend - conn.rstart
+            conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
+            conn.rstart, conn.rend = 0, n
+        try:
+            n = conn.sock.recv_into(conn.rview[conn.rend:])
+        except (BlockingIOError, InterruptedError):
+            self.want(conn, 1)
+            return False
+        except OSError:
+            self.counters[M.PEER_RESETS] += 1
+            self.close(conn)
+            return False
+        if n == 0:
+            self.close(conn)
+            return False
+        conn.rend += n
+        return True
+
+    release_socket = staticmethod(close_socket)
 
     def _accept(self):
         accept = self.listener.accept
@@ -67,45 +127,8 @@ class SelectorReactor(ReactorBase):
             self.register(conn, peer)
             self.advance(conn)
 
-    def pause_accept(self):
-        if not self.accept_paused:
-            self.sel.unregister(self.listener)
-        ReactorBase.pause_accept(self)
-
-    def resume_accept(self):
+    def accept_on(self):
         self.sel.register(self.listener, selectors.EVENT_READ, _LISTEN)
-        ReactorBase.resume_accept(self)
 
-    def run(self):
-        sel = self.sel
-        sel.register(self.listener, selectors.EVENT_READ, _LISTEN)
-        sel.register(self.mailbox.rsock, selectors.EVENT_READ, _WAKE)
-        select, drain, advance = sel.select, self.mailbox.drain, self.advance
-        monotonic = time.monotonic
-        next_sweep = monotonic() + 1.0
-        try:
-            while not self.stopping:
-                events = select(1.0)
-                self.now = now = monotonic()
-                for key, _mask in events:
-                    d = key.data
-                    if d is _LISTEN:
-                        self._accept()
-                    elif d is _WAKE:
-                        drain()
-                    else:
-                        try:
-                            advance(d)
-                        except Exception:
-                            self.internal_error(d)
-                # let go of this batch: it may hold the last references to closed
-                # connections (and their 64 KiB buffers) until select returns again
-                events = key = d = None
-                if now >= next_sweep:
-                    self.sweep()
-                    next_sweep = now + 1.0
-        finally:
-            for conn in list(self.conns.values()):
-                self.close(conn)
-            sel.close()
-            self.fdcache.close_all()
+    def accept_off(self):
+        self.sel.unregister(self.listener)

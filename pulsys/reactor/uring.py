@@ -1,9 +1,10 @@
-"""Linux io_uring reactor: one ring per listener, same request step as every backend.
+"""Linux io_uring reactor backend: one ring per listener, same request step as every
+backend (the loop itself is ReactorBase.run).
 
-Loop, in order: submit every SQE prepared since the last pass (one io_uring_enter for
+One I/O turn: submit every SQE prepared since the last turn (one io_uring_enter for
 all of them), sleep in epoll on the ring fd and the mailbox only when nothing is
 ready (the liburing binding holds the GIL inside io_uring_enter, epoll does not),
-reap completions, drain the mailbox, sweep timeouts once a second.
+reap completions.
 
 user_data = (fd << 3) | op. A connection's socket is not closed while any of its
 operations is in flight, so an fd number is never reused under a pending completion,
@@ -25,17 +26,13 @@ from time import monotonic
 from pulsys import metrics as M
 from pulsys.metrics import H_WARM, H_WARM_SUM, LATENCY_BOUNDS
 from pulsys.platform.uring import CQE_F_MORE, LINK_QUIET, MSG_WAITALL, Ring
-from pulsys.cache.downloads import ONE
-from pulsys.cache.index import FOREVER
-from pulsys.model.target import RESOLVE
-from pulsys.reactor.base import DONE_SEND, HEAD_MEMO, WAITING, ReactorBase
-from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn
-from pulsys.warm import Answer, remember_answer
+from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
+from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn, close_socket
+from pulsys.reactor.step import grow
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
 IBUF_SIZE = 16 * 1024
-_REQUESTS, _HITS, _SQES, _BYTES, _FUSED = (M.REQUESTS, M.CACHE_HITS, M.URING_SQES,
-                                           M.BYTES_SERVED, M.FUSED_HEAD_BODY)
+_REQUESTS, _SQES, _BYTES, _FUSED = M.REQUESTS, M.URING_SQES, M.BYTES_SERVED, M.FUSED_HEAD_BODY
 _W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
@@ -60,12 +57,46 @@ class UringReactor(ReactorBase):
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.ring = None
+        self.ring = self.epoll = None
+        self.wake_fd = self.mailbox.rsock.fileno()
         self.zombies = {}
         self.family = self.listener.family
-        self.answers = {}          # exact head bytes -> warm.Answer (the fused hit)
+        self.answers = self.step.answers     # read per fused hit (one attribute, not two)
 
-    # -- hooks the shared step calls ---------------------------------------------------
+    # -- the I/O turn ------------------------------------------------------------------
+
+    def io_open(self):
+        self.ring = Ring()
+        self.epoll = ep = select.epoll()
+        ep.register(self.ring.fd, select.EPOLLIN)
+        ep.register(self.wake_fd, select.EPOLLIN)
+        self.accept_on()
+
+    def io_turn(self):
+        ring, mailbox = self.ring, self.mailbox
+        ring.submit()
+        if not ring.ready() and not mailbox.pending():
+            ev = self.epoll.poll(1.0)
+            if ev and (len(ev) > 1 or ev[0][0] == self.wake_fd):
+                # the wake-up socket can be readable with nothing queued: a post made while
+                # the mailbox drained wrote a byte for a call that drain then ran. Read it
+                # now, or epoll reports it on every turn and the loop spins until the next
+                # post (tests/unit/test_reactor_loop.py).
+                mailbox.drain()
+        self.now = monotonic()
+        ring.reap(self._dispatch)
+        self.counters[M.URING_ENTER] = ring.enters
+
+    def io_close(self):
+        ring = self.ring
+        ring.submit()
+        self.epoll.close()
+        ring.close()
+        for conn in list(self.zombies.values()):
+            close_socket(conn)
+        self.zombies.clear()
+
+    # -- connections -------------------------------------------------------------------
 
     def want(self, conn, events):
         if events == 2 and not conn.poll_pending and conn.state != CLOSED:
@@ -74,11 +105,13 @@ class UringReactor(ReactorBase):
             conn.inflight += 1
             self.counters[M.URING_SQES] += 1
 
-    def resume_accept(self):
+    def accept_on(self):
         self.ring.prep_accept(self.listener.fileno(), OP_ACCEPT)
-        ReactorBase.resume_accept(self)
 
-    def _recv(self, conn):
+    def accept_off(self):
+        pass      # the multishot accept has ended already (its last completion said EMFILE)
+
+    def recv(self, conn):
         if conn.recv_pending:
             return False
         if conn.rstart == conn.rend:
@@ -96,9 +129,9 @@ class UringReactor(ReactorBase):
         self.counters[M.URING_SQES] += 1
         return False
 
-    def _send(self, conn):
+    def send(self, conn):
         if conn.file_left:
-            return ReactorBase._send(self, conn)     # sendfile path, poll on EAGAIN
+            return self.send_stream(conn)     # sendfile, POLL_ADD on EAGAIN (want)
         if conn.sending:
             return WAITING
         out = conn.out
@@ -114,7 +147,7 @@ class UringReactor(ReactorBase):
             # proves the send is done and its buffer free (kept alive until then)
             self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
             conn.send_buf = data
-            self._recv(conn)
+            self.recv(conn)
             c[M.URING_SQES] += 1
             conn.out_off = len(out)
             conn.sent += len(data)
@@ -138,7 +171,7 @@ class UringReactor(ReactorBase):
                 pass
             self.zombies[conn.fd] = conn
         else:
-            ReactorBase.release_socket(self, conn)
+            close_socket(conn)
 
     # -- completions -------------------------------------------------------------------
 
@@ -175,7 +208,7 @@ class UringReactor(ReactorBase):
                 conn.send_buf = None
             if conn.inflight == 0:
                 self.zombies.pop(fd, None)
-                ReactorBase.release_socket(self, conn)
+                close_socket(conn)
             return
         try:
             if op == OP_RECV:
@@ -232,11 +265,11 @@ class UringReactor(ReactorBase):
                 conn.rbuf[:n] = conn.rbuf[conn.rstart:conn.rend]
                 conn.rstart, conn.rend = 0, n
                 if n + res > len(conn.rbuf):
-                    self._grow(conn, max(n + res, RBUF_SIZE))
+                    grow(conn, max(n + res, RBUF_SIZE))
             conn.rbuf[conn.rend:conn.rend + res] = conn.ibuf[:res]
         else:
             # into the empty rbuf (rstart == rend == 0): a new head begins
-            conn.last_active = self.now   # (ReactorBase._recv, sweep)
+            conn.last_active = self.now   # (as SelectorReactor.recv; sweep)
             if conn.state == READ and self._hit(conn, res):
                 return
         conn.rend += res
@@ -254,7 +287,7 @@ class UringReactor(ReactorBase):
         a = self.answers.get(key)
         t0 = monotonic()
         if a is None or a.gen != self.genv[0] or t0 >= a.until:
-            a = self._remember(key, t0)
+            a = self.step.remember(key, t0)
             if a is None:
                 return False
         out = a.out
@@ -274,16 +307,11 @@ class UringReactor(ReactorBase):
         conn.inflight += 1
         c = self.counters
         c[_REQUESTS] += 1
-        c[_HITS] += 1
         c[_SQES] += 2
         c[_BYTES] += len(out)
         if a.fused:
             c[_FUSED] += 1
-        self.served[a.blob] = t0     # for LRU eviction, as the general step does
-        k = a.dkey
-        if k is not None:            # per-repo stats (cache/downloads.py)
-            d = self.downloads
-            d[k] = d.get(k, 0) + a.dcount
+        self.book(a.blob, a.dkey, a.dcount, t0)
         took = monotonic() - t0     # to the send queued on the ring (the fused hit's whole work)
         # metrics.observe inlined (a call costs more than the rest of it); a fused hit takes
         # a few microseconds, so nearly always the first bucket
@@ -298,42 +326,12 @@ class UringReactor(ReactorBase):
         in-memory limit, ranges of them): what on_request does for a hit, minus parse,
         route, lookup and plan; the send goes through the shared state machine."""
         head, entry, plan = a.file
-        conn.head, conn.t0, conn.close_after, conn.hbase = head, t0, False, H_WARM
-        if not self._start(conn, entry, None, "hit", plan, warm=True):
+        conn.head, conn.t0, conn.close_after = head, t0, False
+        if not self.serve_hit(conn, entry, plan, a.dkey, a.dcount):
             return False      # the blob cannot be opened: the general step makes it a miss
-        c = self.counters
-        c[_REQUESTS] += 1
-        c[_HITS] += 1
-        self.served[a.blob] = t0
-        k = a.dkey
-        if k is not None:
-            d = self.downloads
-            d[k] = d.get(k, 0) + a.dcount
+        self.counters[_REQUESTS] += 1
         self.advance(conn)
         return True
-
-    def _remember(self, key, now):
-        """The Answer for a head seen before (None if it was not), remembered."""
-        known = self.heads.get(key)
-        if known is None:
-            return None       # the general step parses it, and remembers the head
-        head, t = known
-        index = self.index
-        gen = index.gen       # read before the lookup: a change after it makes gen differ
-        if t.kind != RESOLVE:
-            a = Answer(gen, FOREVER)
-        else:
-            e, until = index.lookup_until(t, now, body=True)
-            if e is None:
-                return None   # a miss: not remembered, the fill publishes a new gen anyway
-            a = remember_answer(head, e, gen, until)
-            if a.dkey is not None:
-                a.dcount += ONE
-        answers = self.answers
-        if len(answers) >= HEAD_MEMO:
-            answers.clear()
-        answers[key] = a
-        return a
 
     def _on_send(self, conn, res):
         conn.sending = False
@@ -346,38 +344,3 @@ class UringReactor(ReactorBase):
         conn.sent += res
         conn.last_active = self.now
         self.advance(conn)
-
-    # -- loop ----------------------------------------------------------------------------
-
-    def run(self):
-        ring = self.ring = Ring()
-        ep = select.epoll()
-        ep.register(ring.fd, select.EPOLLIN)
-        ep.register(self.mailbox.rsock.fileno(), select.EPOLLIN)
-        ring.prep_accept(self.listener.fileno(), OP_ACCEPT)
-        submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
-        mailbox, dispatch, c = self.mailbox, self._dispatch, self.counters
-        next_sweep = monotonic() + 1.0
-        try:
-            while not self.stopping:
-                submit()
-                if not ready() and not mailbox.pending():
-                    poll(1.0)
-                self.now = now = monotonic()
-                reap(dispatch)
-                if mailbox.pending():
-                    mailbox.drain()
-                c[M.URING_ENTER] = ring.enters
-                if now >= next_sweep:
-                    self.sweep()
-                    next_sweep = now + 1.0
-        finally:
-            for conn in list(self.conns.values()):
-                self.close(conn)
-            ring.submit()
-            ep.close()
-            ring.close()
-            for conn in list(self.zombies.values()):
-                ReactorBase.release_socket(self, conn)
-            self.zombies.clear()
-            self.fdcache.close_all()

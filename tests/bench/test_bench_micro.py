@@ -184,6 +184,6 @@ def test_uring_warm_hit_python_cost(benchmark, tmp_path):
         assert rounds >= (1 if benchmark.disabled else 20) and all(s is sent[0] for s in sent)
         assert sent[0].endswith(b"\r\n\r\n" + rig.body) and sent[0].startswith(b"HTTP/1.1 200 OK\r\n")
         assert r.counters[M.CACHE_HITS] == rounds == r.counters[M.FUSED_HEAD_BODY]
-        assert len(r.heads) == 1          # parsed once, remembered after
+        assert len(r.step.heads) == 1          # parsed once, remembered after
     finally:
         rig.close()

@@ -1,5 +1,5 @@
 """The io_uring fused hit answers from an Answer remembered per exact head (warm.Answer,
-UringReactor._remember). These check that a remembered answer never outlives what it
+HttpStep.remember). These check that a remembered answer never outlives what it
 was planned from: a new Entry, a removed one, an expired revision, a changed key set."""
 
 import os
@@ -91,7 +91,7 @@ def test_a_refused_head_is_never_remembered(rig, bad):
     out = rig.ring.sent[-1]
     assert out.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in out
     assert rig.conn.close_after
-    assert bad not in rig.reactor.heads and bad not in rig.reactor.answers
+    assert bad not in rig.reactor.step.heads and bad not in rig.reactor.step.answers
 
 
 def test_if_range_is_part_of_the_remembered_head(tmp_path):
@@ -120,8 +120,8 @@ def test_connection_close_is_never_fused(tmp_path):
     rig = FusedHitRig(tmp_path, req, COMMIT, SHA)
     try:
         rig.deliver()                               # the general step remembers the head
-        assert len(rig.reactor.heads) == 1
-        a = rig.reactor._remember(req, time.monotonic())
+        assert len(rig.reactor.step.heads) == 1
+        a = rig.reactor.step.remember(req, time.monotonic())
         assert a is not None and a.out is None      # remembered as "take the general step"
     finally:
         rig.close()
