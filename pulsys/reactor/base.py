@@ -11,11 +11,13 @@ backend (selector.py, uring.py) owns only its I/O and its per-connection I/O sta
 The io_uring fused hit (uring.py) answers a head whose whole answer it remembers
 without read/decide, and ends in book() as well.
 
-What a backend provides: io_open(), io_turn() (wait up to a second for I/O, dispatch
-it, set self.now), io_close(); recv(conn) (False: the bytes come later, through
-advance); want(conn, events); send(conn) (default: send_stream, the head and then the
-file body with sendfile); release_socket(conn); accept_on() / accept_off(). Nothing
-here blocks: no upstream, DNS, fsync or database call happens on a reactor thread.
+What a backend provides: io_open() (which also makes self.io_turn, the function the
+loop calls each pass: wait up to a second for I/O, dispatch it, set self.now; made
+there so that what a pass uses is bound once), io_close(); recv(conn) (False: the
+bytes come later, through advance); want(conn, events); send(conn) (default:
+send_stream, the head and then the file body with sendfile); release_socket(conn);
+accept_on() / accept_off(). Nothing here blocks: no upstream, DNS, fsync or database
+call happens on a reactor thread.
 """
 
 import os

@@ -41,24 +41,26 @@ class SelectorReactor(ReactorBase):
     def io_open(self):
         self.accept_on()
         self.sel.register(self.mailbox.rsock, selectors.EVENT_READ, _WAKE)
+        # the turn runs once per loop pass: what it uses is bound here, once
+        select, drain, advance, monotonic = self.sel.select, self.mailbox.drain, self.advance, time.monotonic
 
-    def io_turn(self):
-        events = self.sel.select(1.0)
-        self.now = time.monotonic()
-        advance = self.advance
-        for key, _mask in events:
-            d = key.data
-            if d is _LISTEN:
-                self._accept()
-            elif d is _WAKE:
-                self.mailbox.drain()      # consumes the wake-up bytes too
-            else:
-                try:
-                    advance(d)
-                except Exception:
-                    self.internal_error(d)
-        # returning lets go of this batch, which may hold the last references to closed
-        # connections (and their 64 KiB buffers)
+        def turn():
+            events = select(1.0)
+            self.now = monotonic()
+            for key, _mask in events:
+                d = key.data
+                if d is _LISTEN:
+                    self._accept()
+                elif d is _WAKE:
+                    drain()           # consumes the wake-up bytes too
+                else:
+                    try:
+                        advance(d)
+                    except Exception:
+                        self.internal_error(d)
+            # returning lets go of this batch, which may hold the last references to
+            # closed connections (and their 64 KiB buffers)
+        self.io_turn = turn
 
     def io_close(self):
         self.sel.close()

@@ -32,7 +32,8 @@ from pulsys.reactor.step import grow
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
 IBUF_SIZE = 16 * 1024
-_REQUESTS, _SQES, _BYTES, _FUSED = M.REQUESTS, M.URING_SQES, M.BYTES_SERVED, M.FUSED_HEAD_BODY
+_REQUESTS, _SQES, _BYTES, _FUSED, _ENTER = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED, M.FUSED_HEAD_BODY,
+                                           M.URING_ENTER)
 _W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
@@ -66,26 +67,30 @@ class UringReactor(ReactorBase):
     # -- the I/O turn ------------------------------------------------------------------
 
     def io_open(self):
-        self.ring = Ring()
-        self.epoll = ep = select.epoll()
-        ep.register(self.ring.fd, select.EPOLLIN)
-        ep.register(self.wake_fd, select.EPOLLIN)
+        ring = self.ring = Ring()
+        ep = self.epoll = select.epoll()
+        wake = self.wake_fd
+        ep.register(ring.fd, select.EPOLLIN)
+        ep.register(wake, select.EPOLLIN)
         self.accept_on()
+        # the turn runs once per loop pass: what it uses is bound here, once
+        submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
+        pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self._dispatch, self.counters
 
-    def io_turn(self):
-        ring, mailbox = self.ring, self.mailbox
-        ring.submit()
-        if not ring.ready() and not mailbox.pending():
-            ev = self.epoll.poll(1.0)
-            if ev and (len(ev) > 1 or ev[0][0] == self.wake_fd):
-                # the wake-up socket can be readable with nothing queued: a post made while
-                # the mailbox drained wrote a byte for a call that drain then ran. Read it
-                # now, or epoll reports it on every turn and the loop spins until the next
-                # post (tests/unit/test_reactor_loop.py).
-                mailbox.drain()
-        self.now = monotonic()
-        ring.reap(self._dispatch)
-        self.counters[M.URING_ENTER] = ring.enters
+        def turn():
+            submit()
+            if not ready() and not pending():
+                ev = poll(1.0)
+                if ev and (len(ev) > 1 or ev[0][0] == wake):
+                    # the wake-up socket can be readable with nothing queued: a post made
+                    # while the mailbox drained wrote a byte for a call that drain then
+                    # ran. Read it now, or epoll reports it on every turn and the loop
+                    # spins until the next post (tests/unit/test_reactor_loop.py).
+                    drain()
+            self.now = monotonic()
+            reap(dispatch)
+            c[_ENTER] = ring.enters
+        self.io_turn = turn
 
     def io_close(self):
         ring = self.ring

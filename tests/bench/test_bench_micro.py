@@ -187,3 +187,31 @@ def test_uring_warm_hit_python_cost(benchmark, tmp_path):
         assert len(r.step.heads) == 1          # parsed once, remembered after
     finally:
         rig.close()
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="io_uring reactor: Linux")
+def test_general_step_warm_hit_python_cost(benchmark, tmp_path):
+    """One warm 4 KiB hit through the general step (ReactorBase.advance: HttpStep.read
+    from the remembered heads, decide, serve_hit, book, the send), on the io_uring
+    reactor's recording ring: what a hit costs when the fused path does not take it,
+    and the Python the selector backend runs per hit besides its syscalls."""
+    from pulsys import metrics as M
+    from pulsys.reactor.conn import READ
+    from tests.uring_stub import FusedHitRig
+
+    req = HF_HUB_GET.replace(b"Range: bytes=0-\r\n", b"")
+    rig = FusedHitRig(tmp_path, req, COMMIT, SHA256)
+    r, conn, n = rig.reactor, rig.conn, len(req)
+
+    def one():
+        conn.rbuf[0:n] = req
+        conn.rstart, conn.rend, conn.recv_pending, conn.state = 0, n, False, READ
+        r.advance(conn)
+    try:
+        benchmark(one)
+        sent = rig.ring.sent
+        assert len(sent) >= (1 if benchmark.disabled else 20)
+        assert r.counters[M.CACHE_HITS] == len(sent) == r.counters[M.REQUESTS]
+        assert sent[-1].endswith(b"\r\n\r\n" + rig.body) and len(r.step.heads) == 1
+    finally:
+        rig.close()
