@@ -7,7 +7,6 @@ reactor per worker process and keeps the upstream plane here (ProcessServer, wit
 the process and IPC glue in pulsys.workers and pulsys.ipc)."""
 
 import errno
-import functools
 import os
 import signal
 import socket
@@ -26,8 +25,7 @@ from pulsys.cache.index_import import open_index
 from pulsys.cache.index_view import IndexView
 from pulsys.cache.indexdb import IndexUnusable
 from pulsys.cache.inflight import Inflight
-from pulsys.cache.downloads import take_downloads
-from pulsys.cache.recency import take_served
+from pulsys.cache.recency import LocalReactors
 from pulsys.cache.store import Store
 from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable
@@ -76,17 +74,21 @@ class _Base:
             self.index.publish_many([self.store.flag_suspect(e) for e in self.index.entries_of_blob(blob_id)])
         self.inflight = Inflight()
         self.pool_counters = M.PerThread()     # pool, admin and pre-warm threads each count apart
+        self.local = LocalReactors()    # the in-process reactors (Server): served times, downloads
         self.space = SP.for_store(self.store, self.index, self.inflight, config.cache_max_bytes,
-                                  config.evict, self.pool_counters, self._drop_fds, get_logger("space"))
+                                  config.evict, self.pool_counters, self._drop_fds, get_logger("space"),
+                                  served=self.local.served)
         self.guard = UpstreamGuard(config.upstream, config.allow_upstream_host, self.pool_counters,
                                    log=get_logger("upstream"))
         self.node_id = config.node_id or socket.gethostname()
         self.shared = None
+        session = make_session(config.fill_threads, self.guard)
         if config.shared_store:     # the fleet's bucket (docs/fleet.md): its endpoint is always allowed
-            self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"))
+            self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"),
+                                    session)
             self.guard.trust(self.shared.endpoint)
         threads = PoolThreads(config.fill_threads)      # extra fetchers of a fill run on them too
-        self.service = Upstream(config, make_session(config.fill_threads, self.guard), self.index,
+        self.service = Upstream(config, session, self.index,
                                 self.store, self.inflight, self.pool_counters, guard=self.guard,
                                 space=self.space, shared=self.shared, spawn=threads.run)
         self.pool = FillPool(self.service.handle, threads)
@@ -103,7 +105,8 @@ class _Base:
         # like client GETs, at most half of it at a time so clients keep threads
         self.downloads = self.plane.attach_cache(
             self.index, self.store, self.space, self._drop_fds, self.pool.submit, self.vars,
-            self.node_id, max(1, min(4, config.fill_threads // 2)), get_logger("admin"))
+            self.node_id, max(1, min(4, config.fill_threads // 2)), get_logger("admin"),
+            self.local.downloads)
         self.admin = None
         if config.admin_listen:
             self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars,
@@ -203,8 +206,8 @@ class Server(_Base):
         self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
                               if self.access_buffers else None)
         self.threads = []
-        self.space.sources = [functools.partial(take_served, r) for r in self.reactors]
-        self.downloads.sources = [functools.partial(take_downloads, r) for r in self.reactors]
+        for r in self.reactors:
+            self.local.join(r)
 
     def _drop_fds(self, paths):
         for r in self.reactors:

@@ -42,10 +42,12 @@ class AdminPlane:
     prewarm = None       # admin.prewarm.PrewarmRunner, after attach_cache
     stats_saver = None
 
-    def attach_cache(self, index, store, space, drop_fds, submit, vars_fn, worker, parallel, log):
+    def attach_cache(self, index, store, space, drop_fds, submit, vars_fn, worker, parallel, log,
+                     downloads_source=None):
         """The cache routes (stats, repos, purge, pre-warm jobs), for the process that owns
-        the upstream plane. `submit`: the fill pool's; `vars_fn`: the /debug/vars snapshot."""
-        self.downloads = Downloads()
+        the upstream plane. `submit`: the fill pool's; `vars_fn`: the /debug/vars snapshot;
+        `downloads_source`: what the reactors of this process counted per repo."""
+        self.downloads = Downloads(downloads_source)
         self.stats_saver = RepoStatsSaver(self.db, self.downloads, log)
         self.stats_saver.load()
         self.prewarm = PrewarmRunner(self.db, submit, worker, parallel, log)

@@ -12,7 +12,7 @@ ADR 0008, instead of two; the int add allocates a small object (CPython ints abo
 are objects), which the hit already pays for its byte counter (metrics.py).
 
 Whoever needs the numbers swaps the dict for an empty one and reads the old one, as for
-last-served times (cache/recency.py): `take_downloads(reactor)` in one process, the
+last-served times (cache/recency.py): `LocalReactors.downloads()` in one process, the
 RecencyReporter's DOWNLOADS frame from a worker process. Downloads (the parent) turns keys
 into (repo type, repo) and keeps running totals per repo.
 """
@@ -26,13 +26,6 @@ BYTES = ONE - 1
 def record(tally, key, nbytes):
     """What the reactor does per file answer (inlined there; this is the reference)."""
     tally[key] = tally.get(key, 0) + (ONE + nbytes)
-
-
-def take_downloads(reactor):
-    """-> [(cache key, packed value)] recorded since the last take."""
-    d = reactor.downloads
-    reactor.downloads = {}
-    return list(d.items())
 
 
 def repo_of_key(key):
@@ -50,11 +43,11 @@ def repo_of_key(key):
 class Downloads:
     """Totals per (repo type, repo): [downloads, bytes]. Thread-safe; parent only."""
 
-    def __init__(self):
+    def __init__(self, source=None):
         self.lock = threading.Lock()
         self.totals = {}
         self.unsaved = {}          # increments not yet written to the store
-        self.sources = []          # callables -> [(key, packed)] (in-process reactors)
+        self.source = source       # callable -> [(key, packed)] (in-process reactors)
 
     def add(self, items):
         """[(cache key, packed value)] from a reactor or a worker's report."""
@@ -79,8 +72,8 @@ class Downloads:
                 rec[1] += b
 
     def collect(self):
-        for source in self.sources:
-            items = source()
+        if self.source is not None:
+            items = self.source()
             if items:
                 self.add(items)
 

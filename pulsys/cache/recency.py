@@ -4,8 +4,9 @@ A reactor records a warm hit with one dict store, `self.served[entry.blob_id] = 
 into a dict only it writes. Whoever needs the times swaps the dict for an empty one
 and reads the old one:
 
-- in one process, Space.collect() calls take_served(reactor) when it must choose
-  victims (and for the snapshot at shutdown);
+- in one process, Space.collect() takes them from every reactor of the process
+  (LocalReactors.served) when it must choose victims (and for the snapshot at
+  shutdown);
 - in a worker process, RecencyReporter does it every INTERVAL seconds and sends the
   batch to the parent over the existing link (ipc SERVED frame).
 
@@ -28,6 +29,35 @@ def take_served(reactor):
     reactor.served = {}
     d.pop("", None)          # CANNED entries (redirects, errors) have no blob
     return list(d.items())
+
+
+class LocalReactors:
+    """The reactors of this process, which the Space and the per-repo Downloads pull from
+    (a worker's reactor reports over its link instead: RecencyReporter). Made before
+    either of them, which take its `served` / `downloads` at construction; each reactor
+    joins once it is built (app.Server)."""
+
+    def __init__(self):
+        self.reactors = []
+
+    def join(self, reactor):
+        self.reactors.append(reactor)
+
+    def served(self):
+        """-> [(blob id, monotonic time)] every reactor recorded since the last take."""
+        out = []
+        for r in self.reactors:
+            out += take_served(r)
+        return out
+
+    def downloads(self):
+        """-> [(cache key, packed value)] every reactor recorded since the last take."""
+        out = []
+        for r in self.reactors:
+            d = r.downloads
+            r.downloads = {}
+            out += d.items()
+        return out
 
 
 class RecencyReporter(threading.Thread):

@@ -37,7 +37,7 @@ FLUSH = 60.0          # seconds between writes of last-served times to the index
 
 class Space:
     def __init__(self, max_bytes=0, policy="lru", counters=None, clock=time.monotonic, evict_fn=None,
-                 running=None, size_of=None):
+                 running=None, size_of=None, served=None):
         self.max_bytes = max_bytes        # 0 = unlimited
         self.policy = policy              # "lru" | "none"
         self.c = counters if counters is not None else M.new()
@@ -48,7 +48,7 @@ class Space:
         self.reserved = {}                # blob id -> bytes reserved by its running fill
         self.reserved_total = 0
         self.pins = {}                    # blob id -> count of pool threads publishing it
-        self.sources = []                 # callables -> [(blob id, monotonic time)] (reactors)
+        self.served = served              # callable -> [(blob id, monotonic time)] (in-process reactors)
         self.evict_fn = evict_fn          # callable([(blob id, size)]) -> None
         self.running = running            # callable(blob id) -> is a fill for it running?
         self.table = None                 # cache.index.Index: where the accounts persist
@@ -118,8 +118,8 @@ class Space:
 
     def collect(self):
         """Pull what in-process reactors recorded since the last pull."""
-        for source in self.sources:
-            items = source()
+        if self.served is not None:
+            items = self.served()
             if items:
                 self.touch_many(items)
         if self._dirty and self.clock() - self._flushed >= FLUSH:
@@ -267,11 +267,13 @@ def evictor(index, store, drop_fds, log):
 
 
 def for_store(store, index, inflight, max_bytes, policy, counters, drop_fds, log,
-              clock=time.monotonic, background=True):
+              clock=time.monotonic, background=True, served=None):
     """The Space of a store whose index is open: accounts read back from the index (in
-    the background by default), wired to commits, running fills and eviction."""
+    the background by default), wired to commits, running fills and eviction; `served`
+    gives what the reactors of this process served (Space.collect)."""
     space = Space(max_bytes, policy, counters, clock, evict_fn=evictor(index, store, drop_fds, log),
-                  running=lambda blob_id: inflight.get(blob_id) is not None, size_of=store.blob_size)
+                  running=lambda blob_id: inflight.get(blob_id) is not None, size_of=store.blob_size,
+                  served=served)
     space.load_from(index, background)
 
     def check():

@@ -186,8 +186,6 @@ class Upstream:
             self.index.remove_many(gone)
             self.c[M.NEGATIVE_EVICTIONS] += len(gone)
 
-    publish = _publish
-
     def _set_rev(self, rtype, repo, rev, commit):
         if not rev or T.is_commit(rev) or not T.is_commit(commit):
             return
@@ -310,7 +308,7 @@ class Upstream:
             missing = self._missing_from_list(t, stale=False)
             if missing is not None:
                 return job.reply(Reply(missing, None, "file-list"))
-        if self.shared is not None and self.shared.answer(self, job, t, e):
+        if self.shared is not None and self._answer_from_bucket(job, t, e):
             return None      # the fleet's bucket had it: metadata, blob, or both
         if self.offline:
             return self._unavailable(job, None)
@@ -466,9 +464,79 @@ class Upstream:
         if self.space is not None and not self.space.reserve(blob_id, size):
             return self._no_room(job, entry, fill, resp)
         if in_bucket:        # another node put this blob in the bucket: no Hub body
-            return self.shared.fill_from_bucket(self, job, entry, fill, resp)
+            if resp is not None:
+                resp.close()
+            return self._fill_from_bucket(job, entry, fill)
         renew = functools.partial(self.renew_body_url, resolve_url, entry) if resolve_url else None
         self._run_fill(job, entry, fill, resp, body_url, renew)
+
+    # -- the fleet's bucket (--shared-store; upstream/shared_tier.py) ---------------------
+
+    def _from_bucket(self, key, body_url):
+        """The bucket's fresh Entry for `key`, published in the index (not saved back to
+        the bucket), or None."""
+        e = self.shared.entry(key, body_url, self.wall(), self.clock())
+        if e is not None:
+            self.index.publish(e)
+            self.bound_negatives(e)      # --max-negative-entries counts the bucket's too
+        return e
+
+    def _lookup_bucket(self, t):
+        """A fresh Entry for a /resolve target from the bucket (published), or None."""
+        e = self._from_bucket(target_key(t), t.body_url)
+        if e is not None or T.is_commit(t.rev):
+            return e
+        found = self.shared.commit(t, self.wall())
+        if found is None:
+            return None
+        commit, fetched, left = found
+        now = self.clock()
+        self.index.set_rev(t.rtype, t.repo, t.rev, commit, now + left, fetched)
+        return self.index.lookup(t, now) or self._from_bucket(target_key(t, commit), t.body_url)
+
+    def _answer_from_bucket(self, job, t, e):
+        """Answer a /resolve job from the bucket when it can. `e`: the local index's fresh
+        entry (metadata only, no fill running) or None. -> True when answered."""
+        if e is None:
+            e = self._lookup_bucket(t)
+            if e is None:
+                return False
+            if job.method == "HEAD" or e.kind == CANNED and not e.head_only:
+                job.reply(Reply(e, None, "shared"))
+                return True
+        if e.kind != FILE or not e.blob_id:
+            return False
+        if self.store.has_blob(e.blob_id, e.size):
+            done = e.with_blob(self.store.blob_path(e.blob_id))
+            self._publish(done)
+            job.reply(Reply(done, None, "hit-blob"))
+            return True
+        fill = self.inflight.get(e.blob_id)
+        if fill is not None:
+            job.reply(Reply(e, fill, "fill-join"))
+            return True
+        if not self.shared.has_blob(e.blob_id, e.size):
+            return False
+        try:
+            fill, created = self.inflight.join_or_create(
+                e.blob_id, e.size, functools.partial(self.new_part, e.blob_id, link=False))
+        except OSError as exc:     # the part file cannot be created
+            self._cannot_store(job, e.blob_id, exc)
+            return True
+        if not created:
+            job.reply(Reply(e, fill, "fill-join"))
+            return True
+        if self.space is not None and not self.space.reserve(e.blob_id, e.size):
+            self._no_room(job, e, fill, None)
+            return True
+        self._fill_from_bucket(job, e, fill)
+        return True
+
+    def _fill_from_bucket(self, job, entry, fill):
+        """Run a new fill (created, room reserved) from the bucket, which said it holds
+        the blob."""
+        url, renew = self.shared.start_fill(entry.blob_id)
+        self._run_fill(job, entry, fill, None, url, renew, origin=self.shared.origin)
 
     def mark_suspect(self, entry):
         """A fill of entry's blob failed verification after its bytes were readable, so a
@@ -546,10 +614,6 @@ class Upstream:
         self._publish(entry)   # metadata first: HEADs become warm at once
         job.reply(Reply(entry, fill, "fill"))
         run.run()
-
-    run_fill = _run_fill
-    no_room = _no_room
-    cannot_store = _cannot_store
 
     def prepare_refetch(self, entry):
         """The blob failed verification (FillRun calls this before it fails the fill):
@@ -634,7 +698,7 @@ class Upstream:
         if cached is not None and (cached.expires == 0 or cached.expires > now):
             return self._serve_api(job, cached, "hit")
         if self.shared is not None:
-            found = self.shared.lookup_key(self, key)
+            found = self._from_bucket(key, False)
             if found is not None:
                 return self._serve_api(job, found, "shared")
         if self.offline:

@@ -10,10 +10,11 @@ and writes behind it (--shared-store s3://BUCKET/PREFIX; docs/fleet.md, ADR 0010
 Reading (pool threads). On a local miss the Upstream service asks here before the Hub:
 the metadata document for the key (for a branch or tag: the revision mapping, then the
 entry at its commit), taken when it is fresh by its fetched_at and --revision-ttl, as
-the local index judges its own records. For a body, a HEAD on the blob's object; when it
-is there, the fill engine (upstream/fill.py) fetches it from a presigned GET URL, with
-the same Range pieces, resume and whole-file verification as a body from the Hub: a
-wrong object in the bucket is never committed, and is deleted.
+the local index judges its own records; the service publishes what it takes. For a
+body, a HEAD on the blob's object; when it is there, the service runs a fill
+(upstream/fill.py) with this tier as its `origin`: pieces are GETs of a presigned URL,
+with the same Range pieces, resume and whole-file verification as a body from the Hub,
+so a wrong object in the bucket is never committed, and is deleted (fill_ended).
 
 Writing (two background threads of its own, never a reactor or fill thread). Every
 metadata document the service saves, and every blob a fill from the Hub commits, is
@@ -35,8 +36,7 @@ from pulsys import metrics as M
 from pulsys.errors import CacheCorrupt
 from pulsys.model import target as T
 from pulsys.model.entry import CANNED, FILE, Entry
-from pulsys.model.job import Reply
-from pulsys.model.key import rev_key, target_key
+from pulsys.model.key import rev_key
 from pulsys.upstream.fill import Origin
 from pulsys.upstream.service import blob_id_for
 
@@ -54,8 +54,9 @@ class SharedStoreError(Exception):
     """--shared-store cannot be used (bucket missing, credentials refused, endpoint down)."""
 
 
-def open_tier(config, store, counters, node_id, log):
+def open_tier(config, store, counters, node_id, log, session):
     """A SharedTier for config.shared_store, after checking that the bucket answers.
+    session: the requests session fills from the bucket fetch presigned URLs with.
     Endpoint, region and credentials come from the flags, else from boto3's standard
     settings (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)."""
     import boto3
@@ -88,13 +89,17 @@ def open_tier(config, store, counters, node_id, log):
     except (BotoCoreError, ValueError) as e:
         raise SharedStoreError("--shared-store %s: %s" % (where, e)) from None
     return SharedTier(client, bucket, prefix, store, counters, node_id, log,
-                      TransferConfig, (ClientError, BotoCoreError, OSError))
+                      TransferConfig, (ClientError, BotoCoreError, OSError), session,
+                      config.revision_ttl, (config.upstream_timeout, config.upstream_timeout))
 
 
 class SharedTier:
     def __init__(self, client, bucket, prefix, store, counters, node_id, log, transfer_config,
-                 errors):
+                 errors, session, ttl, timeout):
         self.s3 = client
+        self.session = session
+        self.ttl = ttl                   # --revision-ttl: how long a branch's document is fresh
+        self.timeout = timeout
         self.bucket = bucket
         self.prefix = prefix + "/" if prefix else ""
         self.where = "s3://%s/%s" % (bucket, prefix) if prefix else "s3://%s" % bucket
@@ -117,6 +122,12 @@ class SharedTier:
         self.known = collections.OrderedDict()    # key -> digest of the immutable entry the bucket has
         self.threads = [threading.Thread(target=self._uploader, args=(q,), daemon=True,
                                          name="pulsys-shared-%s" % q) for q in ("meta", "blob")]
+        # the bucket as a fill's origin: pieces are GETs of the presigned URL (no Hub
+        # token, counted in shared_requests, bytes in shared_body_bytes), no redirect is
+        # followed, and a copy that fails verification is not fetched from the bucket
+        # again: fill_ended deletes it and the next request goes to the Hub
+        self.origin = Origin(self._request, _no_redirects, body_counter=M.SHARED_BODY_BYTES,
+                             refetches=False, on_end=self.fill_ended)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -190,14 +201,14 @@ class SharedTier:
             return None
         return doc
 
-    def _left(self, up, doc, now_wall):
+    def _left(self, doc, now_wall):
         """Seconds the document stays fresh (None: forever); <= 0 when stale."""
         if doc.get("immutable"):
             return None
-        return float(doc["fetched_at"]) + up.ttl - now_wall
+        return float(doc["fetched_at"]) + self.ttl - now_wall
 
-    def _entry(self, up, key, body_url, now_wall, now_mono):
-        """The bucket's fresh Entry for `key`, published here (in the index), or None."""
+    def entry(self, key, body_url, now_wall, now_mono):
+        """The bucket's fresh Entry for `key`, or None. The caller publishes it."""
         doc = self._get_doc(key)
         if doc is None:
             return None
@@ -207,7 +218,7 @@ class SharedTier:
                 raise ValueError("not the entry for this key")
             if ed["kind"] == FILE and blob_id_for(ed["etag"]) != ed["blob_id"]:
                 raise ValueError("blob id does not match the etag")
-            left = self._left(up, doc, now_wall)
+            left = self._left(doc, now_wall)
             if left is not None and left <= 0:
                 return None
             e = Entry.from_json(ed, None, 0.0 if left is None else now_mono + left)
@@ -216,18 +227,14 @@ class SharedTier:
             return None
         if body_url and e.kind == CANNED and 300 <= e.status < 400:
             return None          # a redirect that would lead back here (cache/index.py lookup)
-        self._adopt(up, e, float(doc["fetched_at"]), left is None)
+        if left is None:
+            self._know(e.key, _digest(e.to_json()))
+        self.c[M.SHARED_META_HITS] += 1
         return e
 
-    def _adopt(self, up, entry, fetched_at, immutable):
-        up.index.publish(entry)
-        if immutable:
-            self._know(entry.key, _digest(entry.to_json()))
-        up.bound_negatives(entry)      # --max-negative-entries counts the bucket's too
-        self.c[M.SHARED_META_HITS] += 1
-
-    def _rev(self, up, t, now_wall, now_mono):
-        """The bucket's fresh commit for t's branch or tag, set here too, or None."""
+    def commit(self, t, now_wall):
+        """The bucket's fresh commit for t's branch or tag: (commit, fetched_at, seconds
+        it stays fresh), or None. The caller sets it in the index."""
         key = rev_key(t.rtype, t.repo, t.rev)
         doc = self._get_doc(key)
         if doc is None:
@@ -239,28 +246,11 @@ class SharedTier:
         except (KeyError, TypeError, ValueError) as exc:
             self._error("read", ValueError("%s: %s" % (self.meta_key(key), exc)))
             return None
-        left = fetched + up.ttl - now_wall
+        left = fetched + self.ttl - now_wall
         if left <= 0:
             return None
-        up.index.set_rev(t.rtype, t.repo, t.rev, commit, now_mono + left, fetched)
         self.c[M.SHARED_META_HITS] += 1
-        return commit
-
-    def lookup(self, up, t):
-        """A fresh Entry for a /resolve target from the bucket (published here), or None."""
-        now_wall, now_mono = up.wall(), up.clock()
-        e = self._entry(up, target_key(t), t.body_url, now_wall, now_mono)
-        if e is not None or T.is_commit(t.rev):
-            return e
-        commit = self._rev(up, t, now_wall, now_mono)
-        if commit is None:
-            return None
-        return up.index.lookup(t, now_mono) or self._entry(up, target_key(t, commit), t.body_url,
-                                                           now_wall, now_mono)
-
-    def lookup_key(self, up, key):
-        """A fresh cached API answer from the bucket (published here), or None."""
-        return self._entry(up, key, False, up.wall(), up.clock())
+        return commit, fetched, left
 
     def has_blob(self, blob_id, size):
         key = self.blob_key(blob_id)
@@ -282,67 +272,21 @@ class SharedTier:
             return False
         return h.get("ContentLength") == size
 
-    # -- answering and filling from the bucket (pool threads) ---------------------------
+    # -- filling from the bucket (pool threads) -----------------------------------------
 
-    def answer(self, up, job, t, e):
-        """Answer a /resolve job from the bucket when it can. `e`: the local index's fresh
-        entry (metadata only, no fill running) or None. -> True when answered."""
-        if e is None:
-            e = self.lookup(up, t)
-            if e is None:
-                return False
-            if job.method == "HEAD" or e.kind == CANNED and not e.head_only:
-                job.reply(Reply(e, None, "shared"))
-                return True
-        if e.kind != FILE or not e.blob_id:
-            return False
-        store = up.store
-        if store.has_blob(e.blob_id, e.size):
-            done = e.with_blob(store.blob_path(e.blob_id))
-            up.publish(done)
-            job.reply(Reply(done, None, "hit-blob"))
-            return True
-        fill = up.inflight.get(e.blob_id)
-        if fill is not None:
-            job.reply(Reply(e, fill, "fill-join"))
-            return True
-        if not self.has_blob(e.blob_id, e.size):
-            return False
-        try:
-            fill, created = up.inflight.join_or_create(
-                e.blob_id, e.size, functools.partial(up.new_part, e.blob_id, link=False))
-        except OSError as exc:     # the part file cannot be created
-            up.cannot_store(job, e.blob_id, exc)
-            return True
-        if not created:
-            job.reply(Reply(e, fill, "fill-join"))
-            return True
-        if up.space is not None and not up.space.reserve(e.blob_id, e.size):
-            up.no_room(job, e, fill, None)
-            return True
-        self._fill(up, job, e, fill)
-        return True
-
-    def fill_from_bucket(self, up, job, entry, fill, resp):
-        """Run a new fill (created, room reserved) from the bucket, which has_blob() said
-        holds the blob, instead of from the Hub's answer `resp` (closed unread)."""
-        if resp is not None:
-            resp.close()
-        self._fill(up, job, entry, fill)
-
-    def _fill(self, up, job, entry, fill):
-        key = self.blob_key(entry.blob_id)
+    def start_fill(self, blob_id):
+        """A fill of this blob from the bucket begins (its origin is self.origin): -> its
+        presigned URL and the function that presigns a new one when that one expires."""
+        key = self.blob_key(blob_id)
         with self.lock:
-            self.from_bucket.add(entry.blob_id)
+            self.from_bucket.add(blob_id)
         self.c[M.SHARED_FILLS] += 1
-        # the bucket as the fill's origin: pieces are GETs of the presigned URL (no Hub
-        # token, counted in shared_requests, bytes in shared_body_bytes), no redirect is
-        # followed, and a copy that fails verification is not fetched from the bucket
-        # again: the tier deletes it (fill_ended) and the next request goes to the Hub
-        origin = Origin(functools.partial(_bucket_request, up), _no_redirects,
-                        body_counter=M.SHARED_BODY_BYTES, refetches=False, on_end=self.fill_ended)
-        up.run_fill(job, entry, fill, None, self.presign(key), functools.partial(self.presign, key),
-                    origin=origin)
+        return self.presign(key), functools.partial(self.presign, key)
+
+    def _request(self, method, url, headers):
+        self.c[M.SHARED_REQUESTS] += 1
+        return self.session.request(method, url, headers=headers, stream=True, allow_redirects=False,
+                                    timeout=self.timeout)
 
     def fill_ended(self, fill):
         """A fill from the bucket ended (any thread). When it failed, that blob comes from
@@ -466,12 +410,6 @@ class SharedTier:
 
 def _digest(entry_json):
     return hashlib.sha256(json.dumps(entry_json, sort_keys=True).encode()).digest()
-
-
-def _bucket_request(up, method, url, headers):
-    up.c[M.SHARED_REQUESTS] += 1
-    return up.session.request(method, url, headers=headers, stream=True, allow_redirects=False,
-                              timeout=up.timeout)
 
 
 def _no_redirects(url):

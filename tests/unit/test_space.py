@@ -51,10 +51,10 @@ def test_bad_space_flags_are_one_line_and_exit_2(args):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("pulsys: error:"), p.stderr
 
 
-def space(max_bytes, policy="lru", running=None):
+def space(max_bytes, policy="lru", running=None, served=None):
     clock = Clock()
     evicted = []
-    sp = Space(max_bytes, policy, clock=clock, evict_fn=evicted.extend, running=running)
+    sp = Space(max_bytes, policy, clock=clock, evict_fn=evicted.extend, running=running, served=served)
     return sp, clock, evicted
 
 
@@ -129,10 +129,9 @@ def test_collect_pulls_reactor_recency():
     class R:
         served = {}
     r = R()
-    sp, _, evicted = space(20)
+    sp, _, evicted = space(20, served=lambda: take_served(r))
     sp.add_existing("sha1/a", 10, 1.0)
     sp.add_existing("sha1/b", 10, 2.0)
-    sp.sources = [lambda: take_served(r)]
     r.served["sha1/a"] = 9.0
     r.served[""] = 9.5                            # a CANNED hit: no blob
     assert sp.reserve("sha1/c", 10)
