@@ -7,7 +7,7 @@ any thread; a torn read only makes a counter momentarily behind.
 Code that many threads run (the fill pool, admin request threads, the pre-warm runner)
 counts into one PerThread object instead: `c[i] += n` there is a read and a write that
 another thread may run between, so on one shared list increments would be lost; a
-PerThread gives each thread a list of its own (tests/unit/test_pool_counters.py).
+PerThread gives each thread a list of its own (tests/unit/test_metrics_pool_counters.py).
 """
 
 import threading
