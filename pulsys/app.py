@@ -17,7 +17,8 @@ import time
 from pulsys import __version__
 from pulsys import doctor
 from pulsys import metrics as M
-from pulsys.admin.plane import AdminPlane, first_start_banner
+from pulsys.admin.api import AdminApi
+from pulsys.admin.plane import AdminPlane, CachePlane, first_start_banner
 from pulsys.admin.readiness import readiness
 from pulsys.admin.server import AdminServer
 from pulsys.cache import space as SP
@@ -103,14 +104,16 @@ class _Base:
         self.backend = select_backend(self.facts, config.iouring)
         # stats, repos, purge and pre-warm jobs (admin/plane.py); jobs run through the pool
         # like client GETs, at most half of it at a time so clients keep threads
-        self.downloads = self.plane.attach_cache(
-            self.index, self.store, self.space, self._drop_fds, self.pool.submit, self.vars,
+        self.cache_plane = CachePlane(
+            self.plane.db, self.index, self.store, self.space, self._drop_fds, self.pool.submit,
             self.node_id, max(1, min(4, config.fill_threads // 2)), get_logger("admin"),
             self.local.downloads)
+        self.downloads = self.cache_plane.downloads
+        self.api = AdminApi(self.plane.keys, self.plane.gate, self.plane.sync, self.cache_plane, self.vars)
         self.admin = None
         if config.admin_listen:
             self.admin = AdminServer(config.admin_listen[0], config.admin_listen[1], self.vars,
-                                     self.plane.api, ready_fn=self.ready)
+                                     self.api, ready_fn=self.ready)
         self._stop = threading.Event()
         self.failed = False
         self.fail_message = None
@@ -239,6 +242,7 @@ class Server(_Base):
             t.start()
             self.threads.append(t)
         self.plane.start()
+        self.cache_plane.start()
         if self.shared is not None:
             self.shared.start()
         if self.admin is not None:
@@ -256,7 +260,7 @@ class Server(_Base):
             r.stop()
         for t in self.threads:
             t.join(timeout=5)
-        self.plane.stop_jobs()
+        self.cache_plane.stop_jobs()
         self.pool.shutdown()
         self._close_store()
         if self.admin is not None:
@@ -266,6 +270,7 @@ class Server(_Base):
             self.access_writer.join(timeout=2)
         for lst in self.listeners:
             lst.close()
+        self.cache_plane.stop()
         self.plane.stop()
         self.log.info("pulsys stopped")
 
@@ -313,6 +318,7 @@ class ProcessServer(_Base):
         """Start the workers (raises WorkerError when they cannot start), then the admin."""
         self.supervisor.start()
         self.plane.start(self._publish_keys if self.plane.data_gate else None)
+        self.cache_plane.start()
         if self.shared is not None:
             self.shared.start()
         if self.admin is not None:
@@ -341,11 +347,12 @@ class ProcessServer(_Base):
         if self.admin is not None:
             self.admin.stop()
         self.supervisor.stop()
-        self.plane.stop_jobs()
+        self.cache_plane.stop_jobs()
         self.pool.shutdown()
         self._close_store()
         for lst in self.listeners:
             lst.close()
+        self.cache_plane.stop()
         self.plane.stop()
         self.log.info("pulsys stopped")
 

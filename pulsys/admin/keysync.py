@@ -45,7 +45,9 @@ class KeySync:
                 self.publish(table)
             return True
 
-    def start(self):
+    def start(self, publish=None):
+        """Poll the store in a thread; each new table also goes to `publish`."""
+        self.publish = publish
         self._thread = threading.Thread(target=self._run, name="pulsys-keysync", daemon=True)
         self._thread.start()
         return self

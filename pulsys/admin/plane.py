@@ -1,19 +1,18 @@
-"""The admin plane's state for one pulsys: the store (migrated at open), keys, the key
-Gate and its refresher, the JSON API. app.py builds one and wires it:
+"""The admin plane's state for one pulsys, in two parts that app.py builds in order:
 
-    plane = AdminPlane(config)          # opens and migrates the store; raises DatabaseError
-    plane.first_key                     # set once, on a first start with --auth required
-    plane.data_gate                     # the Gate reactors check, or None with --auth off
-    plane.start(publish)                # publish(table): send key changes to workers
-    plane.stop()
+    plane = AdminPlane(config)     # opens and migrates the store (raises DatabaseError), keys,
+                                   # the key Gate (plane.data_gate: what reactors check, or None
+                                   # with --auth off), plane.first_key on a first start
+    cache = CachePlane(plane.db, index, store, space, ...)   # once the upstream plane exists:
+                                   # per-repo downloads, the stats saver, pre-warm jobs, purge
+    api = AdminApi(plane.keys, plane.gate, plane.sync, cache, vars_fn)   # admin/api.py
+    plane.start(publish); cache.start()      # publish(table): send key changes to workers
+    cache.stop_jobs() ... cache.stop(); plane.stop()
 """
 
-from pulsys.admin.api import AdminApi
 from pulsys.admin.cache_view import CacheView
-from pulsys.admin.jobs_api import JOB_ROUTES
 from pulsys.admin.prewarm import PrewarmRunner
 from pulsys.admin.repo_stats import RepoStatsSaver
-from pulsys.admin.stats_api import STATS_ROUTES
 from pulsys.cache.downloads import Downloads
 from pulsys.admin.keys import KeyService
 from pulsys.admin.keysync import KeySync
@@ -23,6 +22,8 @@ from pulsys.db.migrate import migrate
 
 
 class AdminPlane:
+    """The store, the keys and the Gate they load into."""
+
     def __init__(self, config):
         self.db = Database.open(config.db)
         try:
@@ -36,49 +37,48 @@ class AdminPlane:
             self.db.close()
             raise
         self.data_gate = self.gate if config.auth == "required" else None
-        self.api = AdminApi(self.keys, self.gate, self.sync)
         self.db_description = describe(config.db)
 
-    prewarm = None       # admin.prewarm.PrewarmRunner, after attach_cache
-    stats_saver = None
-
-    def attach_cache(self, index, store, space, drop_fds, submit, vars_fn, worker, parallel, log,
-                     downloads_source=None):
-        """The cache routes (stats, repos, purge, pre-warm jobs), for the process that owns
-        the upstream plane. `submit`: the fill pool's; `vars_fn`: the /debug/vars snapshot;
-        `downloads_source`: what the reactors of this process counted per repo."""
-        self.downloads = Downloads(downloads_source)
-        self.stats_saver = RepoStatsSaver(self.db, self.downloads, log)
-        self.stats_saver.load()
-        self.prewarm = PrewarmRunner(self.db, submit, worker, parallel, log)
-        api = self.api
-        api.cache = CacheView(index, store, space, drop_fds, log)
-        api.downloads, api.vars_fn, api.prewarm = self.downloads, vars_fn, self.prewarm
-        api.routes.extend(STATS_ROUTES + JOB_ROUTES)
-        return self.downloads
-
     def start(self, publish=None):
-        self.sync.publish = publish
+        """Keep the Gate in step with the store; `publish(table)` also sends each new key
+        table to the workers (first the current one)."""
         if publish is not None:
             publish(self.gate.table)
-        self.sync.start()
-        if self.prewarm is not None:
-            self.stats_saver.start()
-            self.prewarm.start()
+        self.sync.start(publish)
+        return self
+
+    def stop(self):
+        self.sync.stop()
+        self.db.close()
+
+
+class CachePlane:
+    """The admin's side of the cache, for the process that owns the upstream plane: the
+    per-repo downloads and their saver, pre-warm jobs (run through the fill pool's
+    `submit`, at most `parallel` files at a time) and the cache view (repos, purge).
+    `downloads_source`: what the reactors of this process counted per repo."""
+
+    def __init__(self, db, index, store, space, drop_fds, submit, worker, parallel, log,
+                 downloads_source=None):
+        self.downloads = Downloads(downloads_source)
+        self.stats_saver = RepoStatsSaver(db, self.downloads, log)
+        self.stats_saver.load()
+        self.prewarm = PrewarmRunner(db, submit, worker, parallel, log)
+        self.view = CacheView(index, store, space, drop_fds, log)
+
+    def start(self):
+        self.stats_saver.start()
+        self.prewarm.start()
         return self
 
     def stop_jobs(self):
         """Before the fill pool stops: a running job stays `running` in the store and
         resumes at the next start."""
-        if self.prewarm is not None:
-            self.prewarm.stop()
+        self.prewarm.stop()
 
     def stop(self):
         self.stop_jobs()
-        if self.stats_saver is not None:
-            self.stats_saver.stop()
-        self.sync.stop()
-        self.db.close()
+        self.stats_saver.stop()
 
 
 def first_start_banner(key, endpoint):
