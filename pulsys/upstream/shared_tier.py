@@ -54,9 +54,9 @@ class SharedStoreError(Exception):
     """--shared-store cannot be used (bucket missing, credentials refused, endpoint down)."""
 
 
-def open_tier(config, store, counters, node_id, log, session):
+def open_tier(config, store, counters, node_id, log, http):
     """A SharedTier for config.shared_store, after checking that the bucket answers.
-    session: the requests session fills from the bucket fetch presigned URLs with.
+    http: the requests session fills from the bucket fetch presigned URLs with.
     Endpoint, region and credentials come from the flags, else from boto3's standard
     settings (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)."""
     import boto3
@@ -89,15 +89,15 @@ def open_tier(config, store, counters, node_id, log, session):
     except (BotoCoreError, ValueError) as e:
         raise SharedStoreError("--shared-store %s: %s" % (where, e)) from None
     return SharedTier(client, bucket, prefix, store, counters, node_id, log,
-                      TransferConfig, (ClientError, BotoCoreError, OSError), session,
+                      TransferConfig, (ClientError, BotoCoreError, OSError), http,
                       config.revision_ttl, (config.upstream_timeout, config.upstream_timeout))
 
 
 class SharedTier:
     def __init__(self, client, bucket, prefix, store, counters, node_id, log, transfer_config,
-                 errors, session, ttl, timeout):
+                 errors, http, ttl, timeout):
         self.s3 = client
-        self.session = session
+        self.http = http                 # a requests session: presigned GETs of fills
         self.ttl = ttl                   # --revision-ttl: how long a branch's document is fresh
         self.timeout = timeout
         self.bucket = bucket
@@ -285,7 +285,7 @@ class SharedTier:
 
     def _request(self, method, url, headers):
         self.c[M.SHARED_REQUESTS] += 1
-        return self.session.request(method, url, headers=headers, stream=True, allow_redirects=False,
+        return self.http.request(method, url, headers=headers, stream=True, allow_redirects=False,
                                     timeout=self.timeout)
 
     def fill_ended(self, fill):

@@ -5,6 +5,7 @@ plane); create a key from the keys page, use it, revoke it from the page."""
 
 import pytest
 import requests
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -27,7 +28,10 @@ def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
     hub.add_repo("org/warm", files=FILES)
     server, admin, read = auth_server()
     base = admin_url(server)
-    b, wait = browser, WebDriverWait(browser, WAIT, poll_frequency=0.1)
+    # the jobs page re-renders its table on every poll: an element found just before a
+    # re-render is stale when read, so the waits look again instead of failing
+    b, wait = browser, WebDriverWait(browser, WAIT, poll_frequency=0.1,
+                                     ignored_exceptions=(StaleElementReferenceException,))
 
     b.get(base + "/console/login")
     b.find_element(By.ID, "key").send_keys(admin)
@@ -41,10 +45,16 @@ def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
     b.find_element(By.ID, "start").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]"))
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#jobs tr[data-job] .pct").text.strip() == "100%")
-    row = b.find_element(By.CSS_SELECTOR, "#jobs tr[data-job]")
-    assert row.find_element(By.CSS_SELECTOR, ".phase").text == "done"
-    assert row.find_element(By.CSS_SELECTOR, ".files").text == "%d / %d" % (len(FILES), len(FILES))
-    assert int(row.find_element(By.TAG_NAME, "progress").get_attribute("value")) == 100
+
+    def shown(d):        # one reading of the row (None when a re-render made it stale)
+        try:
+            row = d.find_element(By.CSS_SELECTOR, "#jobs tr[data-job]")
+            return (row.find_element(By.CSS_SELECTOR, ".phase").text,
+                    row.find_element(By.CSS_SELECTOR, ".files").text,
+                    int(row.find_element(By.TAG_NAME, "progress").get_attribute("value")))
+        except StaleElementReferenceException:
+            return None
+    assert wait.until(shown) == ("done", "%d / %d" % (len(FILES), len(FILES)), 100)
 
     hub.reset_counters()
     for name, body in FILES.items():
