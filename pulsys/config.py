@@ -248,7 +248,7 @@ SETTINGS = (
     Setting("admin_listen", "--admin-listen", _admin_listen, "127.0.0.1:8081",
             "admin address for /healthz and /debug/vars ('off' disables)", metavar="HOST:PORT"),
     Setting("auth", "--auth", _choice("--auth", ("off", "required")), "required",
-            "client API keys on the data plane: required (Authorization: Bearer pulsys_..., what "
+            "client API keys on the data plane: required (Authorization: Bearer hf_pulsys..., what "
             "HF_TOKEN sends; a first start creates an admin key and prints it) or off (anyone who "
             "can connect may download)", choices=("off", "required")),
     Setting("db", "--db", _db_url, "",

@@ -20,7 +20,7 @@ from pulsys.auth.keys import bearer, key_id
 from pulsys.db.database import DatabaseError
 
 
-ADMIN_MISSING = "pulsys: the admin API needs an admin key: Authorization: Bearer pulsys_..."
+ADMIN_MISSING = "pulsys: the admin API needs an admin key: Authorization: Bearer hf_pulsys..."
 
 
 class Request:

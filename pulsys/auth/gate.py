@@ -20,7 +20,7 @@ table; a verdict computed from the old table lands in the old, discarded dict.
 import functools
 import json
 
-from pulsys.auth.keys import PREFIX, bearer, key_id, matches
+from pulsys.auth.keys import bearer, key_id, looks_like_a_key, matches
 from pulsys.http1.heads import render_canned
 
 MAX_VERDICTS = 4096           # distinct accepted header values remembered per process
@@ -30,10 +30,10 @@ MISSING, NOT_BEARER, NOT_PULSYS, INVALID = "missing", "not-bearer", "not-pulsys"
 # is a body: not for the HEAD that hf_hub_download sends first), so both carry the
 # explanation (utils/_http.py _format, checked by tests/integration/test_clients_auth.py).
 MESSAGES = {
-    MISSING: "pulsys: this server needs an API key: set HF_TOKEN=pulsys_... "
+    MISSING: "pulsys: this server needs an API key: set HF_TOKEN=hf_pulsys... "
              "(the request had no Authorization header)",
-    NOT_BEARER: "pulsys: send the API key as 'Authorization: Bearer pulsys_...' (what HF_TOKEN does)",
-    NOT_PULSYS: "pulsys: the token sent is not a pulsys API key; this server needs a pulsys_... key "
+    NOT_BEARER: "pulsys: send the API key as 'Authorization: Bearer hf_pulsys...' (what HF_TOKEN does)",
+    NOT_PULSYS: "pulsys: the token sent is not a pulsys API key; this server needs an hf_pulsys... key "
                 "from its admin in HF_TOKEN (a Hugging Face token is not needed here)",
     INVALID: "pulsys: invalid API key (unknown, revoked or mistyped)",
 }
@@ -73,7 +73,7 @@ class Gate:
         key = bearer(header)
         if key is None:
             return NOT_BEARER
-        return INVALID if key.startswith(PREFIX) else NOT_PULSYS
+        return INVALID if looks_like_a_key(key) else NOT_PULSYS
 
 
 @functools.lru_cache(maxsize=16)

@@ -54,7 +54,7 @@ def make_parser():
     ls = sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
     ls.add_argument("--active", action="store_true", help="only keys not revoked")
     r = sub.add_parser("revoke", parents=[common], help="revoke a key by id")
-    r.add_argument("id", help="the key's id (the hex part after pulsys_)")
+    r.add_argument("id", help="the key's id (12 hex digits, as `pulsys keys list` shows it)")
     return p
 
 

@@ -68,7 +68,7 @@ def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
     b.find_element(By.ID, "key-name").send_keys("from-the-browser")
     b.find_element(By.ID, "create").click()
     secret = wait.until(lambda d: d.find_element(By.ID, "secret")).text.strip()
-    assert secret.startswith("pulsys_")
+    assert secret.startswith("hf_pulsys")
     st, _, me = call(base + "/api/v1/whoami", key=secret)
     assert st == 200 and me["scope"] == "read"
     b.get(base + "/console/keys")

@@ -5,6 +5,7 @@ import socket
 
 import pytest
 
+from pulsys.auth.keys import key_id
 from tests.auth.conftest import admin_url, call
 
 
@@ -17,9 +18,9 @@ def srv(auth_server, db_url):
 def test_create_list_get_revoke_and_the_audit_log(srv):
     base, admin, read, server = srv
     st, _, me = call(base + "/api/v1/whoami", key=admin)
-    assert st == 200 and me["scope"] == "admin" and admin.startswith("pulsys_%s_" % me["id"])
+    assert st == 200 and me["scope"] == "admin" and admin.startswith("hf_pulsys%s" % me["id"])
     st, _, doc = call(base + "/api/v1/keys", "POST", admin, {"scope": "read", "name": "team-a"})
-    assert st == 201 and doc["key"].startswith("pulsys_%s_" % doc["id"]) and doc["scope"] == "read"
+    assert st == 201 and doc["key"].startswith("hf_pulsys%s" % doc["id"]) and doc["scope"] == "read"
     assert doc["created_by"] == "key:" + me["id"] and doc["active"]
     new_key, new_id = doc["key"], doc["id"]
     st, _, doc = call(server.url + "/healthz", key=new_key)
@@ -68,7 +69,7 @@ def test_refusals_are_hf_style_errors_and_the_server_keeps_serving(srv):
         assert h["X-Error-Message"], (path, h)
         if status == 401:
             assert h["WWW-Authenticate"].startswith("Bearer")
-    rid = read.split("_")[1]
+    rid = key_id(read)
     assert call(base + "/api/v1/keys/" + rid, "DELETE", admin)[0] == 200
     st, _, doc = call(base + "/api/v1/keys/" + rid, "DELETE", admin)
     assert st == 409 and "already revoked" in doc["error"]

@@ -64,7 +64,7 @@ def test_through_a_running_server(auth_server):
     p = keys("create", "--server", base, "--token", admin, "--name", "ci", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["created_by"] == "key:" + key_id(admin) and doc["key"].startswith("pulsys_")
+    assert doc["created_by"] == "key:" + key_id(admin) and doc["key"].startswith("hf_pulsys")
     p = keys("list", env={"PULSYS_ADMIN_URL": base, "PULSYS_ADMIN_TOKEN": admin})
     assert p.returncode == 0 and doc["id"] in p.stdout
     p = keys("revoke", doc["id"], "--server", base, "--token", admin)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from pulsys.auth.keys import key_id
 from tests.auth.conftest import admin_url, call
 from tests.conftest import COUNTER_SYNC, ROOT
 
@@ -143,7 +144,7 @@ def test_a_key_revoked_on_the_admin_api_is_refused_within_a_second_everywhere(
     if listeners > 1:        # the connections reached both workers, each with warm hits on the key
         hits = [w["counters"]["cache_hits"] for w in srv.vars()["workers"]]
         assert all(h >= 2 for h in hits), hits
-    kid = read.split("_")[1]
+    kid = key_id(read)
     st, _, doc = call(admin_url(srv) + "/api/v1/keys/" + kid, "DELETE", admin)
     assert st == 200 and doc["active"] is False
     took = _refused_within(conns, srv.address, read, 1.0)
@@ -161,7 +162,7 @@ def test_a_key_revoked_with_the_cli_in_the_store_reaches_a_running_server(auth_s
     srv, admin, read = auth_server(listeners=2, cache_dir=str(tmp_path / "c2"))
     conns = _conns(srv.address, 8, read)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULSYS_")}
-    p = subprocess.run([sys.executable, "-m", "pulsys", "keys", "revoke", read.split("_")[1],
+    p = subprocess.run([sys.executable, "-m", "pulsys", "keys", "revoke", key_id(read),
                         "--cache-dir", str(tmp_path / "c2")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -15,7 +15,7 @@ import pytest
 from tests.auth.conftest import call
 from tests.conftest import ROOT
 
-EXPORTS = re.compile(r"^export HF_ENDPOINT=(\S+)\nexport HF_TOKEN=(pulsys_[0-9a-f]{12}_[A-Za-z0-9]{43})$", re.M)
+EXPORTS = re.compile(r"^export HF_ENDPOINT=(\S+)\nexport HF_TOKEN=(hf_pulsys[0-9a-f]{12}[A-Za-z0-9]{43})$", re.M)
 
 
 class Run:

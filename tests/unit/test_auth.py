@@ -1,30 +1,57 @@
 """API key format, the Bearer parser, and the in-memory Gate the data plane checks."""
 
 import json
+import re
 import time
 
 from pulsys.auth import gate as G
-from pulsys.auth.keys import PREFIX, bearer, digest, key_id, matches, new_key
+from pulsys.auth.keys import OLD_PREFIX, PREFIX, bearer, digest, key_id, matches, new_key
+
+# llama.cpp's `-hf` download sends a token only when it has this shape (hf_ and then at
+# least 34 letters and digits; its common/hf-cache.cpp), and so does the Hub's own format
+HF_TOKEN_SHAPE = re.compile(r"\Ahf_[A-Za-z0-9]{34,}\Z")
+
+
+def old_format_key():
+    """A key as pulsys made them before the hf_ format: pulsys_<id>_<secret>."""
+    kid = "5d1c0e9a7b31"
+    return "%s%s_%s" % (OLD_PREFIX, kid, "A1b2" * 10 + "xyz"), kid
 
 
 def test_new_keys_have_the_documented_shape_and_are_unique():
     seen = set()
     for _ in range(200):
         key, kid, dig = new_key()
-        assert key.startswith(PREFIX) and key_id(key) == kid and len(kid) == 12
-        secret = key[len(PREFIX) + 13:]
-        assert len(secret) == 43 and secret.isalnum() and key[len(PREFIX) + 12] == "_"
+        assert key.startswith("hf_pulsys") and key_id(key) == kid and len(kid) == 12
+        assert key[len(PREFIX):len(PREFIX) + 12] == kid and len(key) == 64
+        secret = key[len(PREFIX) + 12:]
+        assert len(secret) == 43 and secret.isalnum()
+        assert HF_TOKEN_SHAPE.match(key), key
         assert dig == digest(key) and len(dig) == 64 and matches(key, dig)
         seen.add(key)
     assert len(seen) == 200
 
 
+def test_keys_made_before_the_hf_format_keep_working():
+    key, kid = old_format_key()
+    assert key_id(key) == kid
+    g = G.Gate({kid: (digest(key), "read")})
+    assert g.scope("Bearer " + key) == "read"
+    assert G.Gate.reason("Bearer " + key[:-1] + "Q") == G.INVALID
+
+
 def test_malformed_keys_have_no_id():
     key, kid, _ = new_key()
-    for bad in ("", "pulsys_", "hf_abcdef", key.replace("pulsys_", "pulsis_"), PREFIX + "ABCDEF012345_x",
-                PREFIX + kid, PREFIX + kid + "-secret", PREFIX + "zzzzzzzzzzzz_secret"):
+    old, old_kid = old_format_key()
+    real_hf_token = "hf_" + "aBcD1234" * 4 + "xy"          # 37 characters, as the Hub makes them
+    for bad in ("", "pulsys_", "hf_abcdef", "hf_pulsys", real_hf_token, key[:-1], key + "x",
+                key.replace("hf_pulsys", "hf_pulsis"), PREFIX + "ABCDEF012345" + key[-43:],
+                PREFIX + "zzzzzzzzzzzz" + key[-43:],
+                old.replace("pulsys_", "pulsis_"), OLD_PREFIX + "ABCDEF012345_x",
+                OLD_PREFIX + old_kid, OLD_PREFIX + old_kid + "-secret", OLD_PREFIX + "zzzzzzzzzzzz_secret"):
         assert key_id(bad) is None, bad
     assert not matches(key + "x", digest(key))
+    assert G.Gate.reason("Bearer " + real_hf_token) == G.NOT_PULSYS
 
 
 def test_bearer_takes_the_credential_of_any_case_scheme():
