@@ -30,6 +30,8 @@ NAMES = (
     "shared_upload_bytes", "shared_meta_uploads", "shared_errors", "shared_corrupt",
     # negative answers (cache/negatives.py, upstream/service.py)
     "negative_evictions", "missing_from_file_list",
+    # the Hub's 429s (upstream/ratelimit.py): received; answered 429 by pulsys without asking
+    "upstream_rate_limited", "rate_limited_answers",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -80,6 +82,8 @@ SHARED_ERRORS = 41
 SHARED_CORRUPT = 42
 NEGATIVE_EVICTIONS = 43
 MISSING_FROM_FILE_LIST = 44
+UPSTREAM_RATE_LIMITED = 45
+RATE_LIMITED_ANSWERS = 46
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

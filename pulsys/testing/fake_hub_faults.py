@@ -28,15 +28,16 @@ NO_FAULT = BodyPlan()
 
 
 class _Fault:
-    __slots__ = ("kind", "nbytes", "seconds", "rate", "code", "times", "match")
+    __slots__ = ("kind", "nbytes", "seconds", "rate", "code", "times", "match", "headers")
 
-    def __init__(self, kind, times, match, nbytes=0, seconds=0.0, rate=0.0, code=0):
+    def __init__(self, kind, times, match, nbytes=0, seconds=0.0, rate=0.0, code=0, headers=()):
         if times is not None and times < 1:
             raise ValueError("times must be >= 1 or None")
         if nbytes < 0 or seconds < 0:
             raise ValueError("nbytes and seconds must be >= 0")
         self.kind, self.times, self.match = kind, times, match
         self.nbytes, self.seconds, self.rate, self.code = nbytes, seconds, rate, code
+        self.headers = tuple(headers)
 
     def matches(self, target):
         return self.match is None or self.match in target
@@ -65,11 +66,12 @@ class Faults:
             raise ValueError("bytes_per_second must be > 0")
         self._add(_Fault("throttle", None, match, rate=float(bytes_per_second)))
 
-    def status(self, code, times=1, match=None):
-        """Answer `code` (e.g. 500/502/503) with a small JSON body instead of the real response."""
+    def status(self, code, times=1, match=None, headers=()):
+        """Answer `code` (e.g. 500/502/503) with a small JSON body instead of the real
+        response, with these extra headers (a 429's `Retry-After` or `RateLimit`)."""
         if not 200 <= code <= 599:
             raise ValueError("status code must be 200..599")
-        self._add(_Fault("status", times, match, code=code))
+        self._add(_Fault("status", times, match, code=code, headers=headers))
 
     def corrupt(self, times=1, match=None):
         """Flip one byte in the middle of the body actually sent (a range is corrupted within itself)."""
@@ -80,10 +82,10 @@ class Faults:
             self._faults.clear()
 
     def take_status(self, target):
-        """The injected status for this request, or None; consumes one use."""
+        """The injected (status, headers) for this request, or None; consumes one use."""
         with self._lock:
             fault = self._take(target, ("status",))
-            return fault.code if fault else None
+            return (fault.code, fault.headers) if fault else None
 
     def take_body(self, target):
         """The BodyPlan for one blob body response; consumes one use of a body fault."""

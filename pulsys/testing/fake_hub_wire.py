@@ -83,9 +83,10 @@ class FakeHandler(BaseHTTPRequestHandler):
             self.send_json(400, {"error": "malformed request body"})
             return
         try:
-            code = self.hub.faults.take_status(self.path)
-            if code:
-                self.send_json(code, {"error": "injected fault: status %d" % code})
+            fault = self.hub.faults.take_status(self.path)
+            if fault:
+                code, headers = fault
+                self.send_json(code, {"error": "injected fault: status %d" % code}, headers)
             else:
                 self.route()
         except OSError:  # the peer went away, or a fault closed the socket under us

@@ -51,6 +51,15 @@ def upstream_down(netloc, why):
                        "request" % (netloc, why))
 
 
+def rate_limited(left, retry_after):
+    """Upstream rate-limits this cache for `left` more seconds and nothing cached answers:
+    a 429 of pulsys's own, asking the client to wait as long (upstream/ratelimit.py)."""
+    return error_entry("", 429, "RateLimited",
+                       "the Hub is rate-limiting this cache for %s more seconds and pulsys has no "
+                       "cached answer for this request; retry then" % retry_after,
+                       (("Retry-After", retry_after),))
+
+
 def offline(path):
     """--offline and nothing cached answers: the same status, not retried either."""
     return error_entry("", DOWN_STATUS, DOWN_CODE,

@@ -35,6 +35,7 @@ from pulsys.upstream import negative as NEG
 from pulsys.upstream.guard import host_allowed
 from pulsys.upstream.fill import Budget, Committer, Fetchers, FillRun, Origin
 from pulsys.upstream.flights import Flights
+from pulsys.upstream.ratelimit import RateLimit, retry_after
 
 MAX_API_BODY = 256 << 20
 MAX_ERROR_BODY = 64 << 10
@@ -87,6 +88,7 @@ class Upstream:
         self.store = store
         self.inflight = inflight
         self.flights = Flights()
+        self.rate = RateLimit(clock, wall)    # after a 429: until when the Hub is not asked
         self._leading = threading.local()   # the flight this pool thread leads, if any
         self.c = counters
         self.clock = clock
@@ -220,6 +222,24 @@ class Upstream:
         self.c[M.UPSTREAM_ERRORS] += 1
         return job.reply(Reply(NEG.upstream_down(self.netloc, why), None, "error"))
 
+    def _limited_by(self, headers):
+        """Upstream answered 429: ask it nothing more for metadata until the time it named."""
+        self.c[M.UPSTREAM_RATE_LIMITED] += 1
+        wait = self.rate.note(headers)
+        self.log.warning("the Hub rate-limits this cache; not asking it again for a while",
+                         seconds=round(wait, 1))
+
+    def _rate_limited(self, job, left):
+        """Upstream may not be asked for `left` more seconds: a cached copy of a /resolve
+        target however old, else pulsys's own 429 with Retry-After (upstream/ratelimit.py)."""
+        if job.target.kind == T.RESOLVE:
+            r = self._stale_reply(job)
+            if r is not None:
+                self.c[M.STALE_SERVED] += 1
+                return job.reply(r)
+        self.c[M.RATE_LIMITED_ANSWERS] += 1
+        return job.reply(Reply(NEG.rate_limited(left, retry_after(left)), None, "rate-limited"))
+
     def _stale_reply(self, job):
         """A Reply from a cached copy of a /resolve target, however old, that can answer
         `job`; None when there is none (a HEAD's 4xx has no body for a GET; a file's
@@ -312,6 +332,9 @@ class Upstream:
             return None      # the fleet's bucket had it: metadata, blob, or both
         if self.offline:
             return self._unavailable(job, None)
+        left = self.rate.left()
+        if left:
+            return self._rate_limited(job, left)
         url = self.base + t.upstream_path
         if t.query and t.upstream_path.startswith("/api/resolve-cache/"):
             url += "?" + t.query
@@ -327,6 +350,8 @@ class Upstream:
             except requests.RequestException as exc:
                 return self._unavailable(job, type(exc).__name__)
             st, h = resp.status_code, resp.headers
+        if st == 429:
+            self._limited_by(h)
         commit = h.get("X-Repo-Commit", "")
         if T.is_commit(commit):
             self._set_rev(t.rtype, t.repo, t.rev, commit)
@@ -705,6 +730,12 @@ class Upstream:
             if cached is not None:
                 return self._serve_api(job, cached, "stale")
             return self._unavailable(job, None)
+        left = self.rate.left()
+        if left:
+            if cached is not None:
+                self.c[M.STALE_SERVED] += 1
+                return self._serve_api(job, cached, "stale")
+            return self._rate_limited(job, left)
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
         try:
             if t.kind == T.API_PATHS_INFO:
@@ -712,6 +743,8 @@ class Upstream:
             else:
                 resp = self._request("GET", url)
             st = resp.status_code
+            if st == 429:
+                self._limited_by(resp.headers)
             body = self._read_limited(resp, MAX_API_BODY)
         except (requests.RequestException, UpstreamError) as exc:
             if cached is not None:
