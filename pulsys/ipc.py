@@ -519,13 +519,14 @@ class ParentClient:
     that turns replies and fill progress into mailbox posts (through the reply callables
     and Fill wake-ups the reactor set up)."""
 
-    on_drop = None       # fn(paths): evicted blobs; the worker posts them to its reactor
-    on_keys = None       # fn(table): new API keys; the worker's Gate.load
-
-    def __init__(self, link, on_eof, blob_path=None):
+    def __init__(self, link, on_eof, blob_path=None, on_drop=None, on_keys=None):
+        """on_drop(paths): evicted blobs (the worker posts them to its reactor); on_keys(table):
+        new API keys (the worker's Gate.load)."""
         self.link = link
         self.blob_path = blob_path      # blob id -> path of the committed blob (Store.blob_path)
         self.on_eof = on_eof
+        self.on_drop = on_drop
+        self.on_keys = on_keys
         self.pending = {}               # job id -> the reactor's reply callable
         self.proxies = {}               # fill token -> local Fill fed by PROGRESS frames
         self._ids = itertools.count(1)

@@ -46,6 +46,8 @@ from pulsys.cache.store import Store
 from pulsys.log import AccessLogWriter, configure, get_logger
 from pulsys.platform import load_sender
 from pulsys.reactor import backend_class, build_reactor, select_backend
+from pulsys.reactor.fdcache import FdCache
+from pulsys.reactor.mailbox import Mailbox
 
 ROW = M.WIDTH + 1                 # the reactor's counters and histograms, then its open connections
 OPEN_CONNECTIONS = M.WIDTH
@@ -171,18 +173,19 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
             r.stop()
         else:
             os._exit(0)
-    client = ipc.ParentClient(link, on_eof, store.blob_path)
-    if gate is not None:
-        client.on_keys = gate.load      # before the reader starts: no KEYS frame is missed
+    # the reactor's mailbox and fd cache come first: the link posts evicted blobs to them
+    mailbox, fdcache = Mailbox(), FdCache()
+    client = ipc.ParentClient(link, on_eof, store.blob_path,
+                              on_drop=lambda paths: mailbox.post(fdcache.forget, paths),
+                              on_keys=gate.load if gate is not None else None)
     client.start()
     sender_name, sender = load_sender(facts, None if config.sendfile == "auto" else config.sendfile)
     backend = select_backend(facts, config.iouring)
-    reactor = build_reactor(backend, listener, index, client.submit, sender, config, gate)
+    reactor = build_reactor(backend, listener, index, client.submit, sender, config, gate, mailbox, fdcache)
     box["reactor"] = reactor
     signal.signal(signal.SIGTERM, lambda *_: reactor.stop())
     counters = CounterPublisher(counters_fd, row, reactor)
     counters.start()
-    client.on_drop = lambda paths: reactor.mailbox.post(reactor.fdcache.forget, paths)
     recency = RecencyReporter(reactor, lambda items: client.send(ipc.ServedFrame(items)),
                               send_downloads=lambda items: client.send(ipc.DownloadsFrame(items)))
     recency.start()

@@ -30,11 +30,12 @@ def backend_class(name):
     raise ValueError("unknown reactor backend %r" % name)
 
 
-def build_reactor(backend, listener, index, submit, sender, config, gate=None):
+def build_reactor(backend, listener, index, submit, sender, config, gate=None, mailbox=None, fdcache=None):
     """A reactor of `backend` on `listener` with its own mailbox, fd cache and, when the
     access log is on, its own AccessLog buffer (reactor.access; a writer drains it).
     index: its IndexView; submit: where its Jobs go (the pool's submit, or a worker's
-    link to its parent); gate: the API-key Gate, or None for --auth off."""
+    link to its parent); gate: the API-key Gate, or None for --auth off; mailbox and
+    fdcache: made here unless the caller made them first (a worker's link posts to them)."""
     access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
-    return backend_class(backend)(listener, index, submit, Mailbox(), sender, FdCache(), access,
-                                  gate=gate, **config.reactor_limits())
+    return backend_class(backend)(listener, index, submit, mailbox or Mailbox(), sender, fdcache or FdCache(),
+                                  access, gate=gate, **config.reactor_limits())

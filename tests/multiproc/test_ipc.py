@@ -228,11 +228,11 @@ def test_serve_worker_ignores_unknown_opcodes_and_handles_the_next_frame():
     assert ignored == ["99", repr(ipc.Op.KEYS)]      # each opcode logged once
 
 
-def run_client(blob_dir=None):
+def run_client(blob_dir=None, on_drop=None, on_keys=None):
     parent, worker = pair()
     eof = threading.Event()
     blob_path = (lambda blob_id: os.path.join(blob_dir, blob_id)) if blob_dir else None
-    client = ipc.ParentClient(worker, eof.set, blob_path)
+    client = ipc.ParentClient(worker, eof.set, blob_path, on_drop, on_keys)
     return parent, client, eof
 
 
@@ -248,9 +248,8 @@ def submit(client, replies):
 
 def test_a_worker_ignores_unknown_opcodes_and_handles_the_next_frame():
     with capture_logs() as logs:
-        parent, client, eof = run_client()
         dropped, keys = [], []
-        client.on_drop, client.on_keys = dropped.append, keys.append
+        parent, client, eof = run_client(on_drop=dropped.append, on_keys=keys.append)
         client.start()
         parent.send_frame(raw_frame((250, "x")))
         parent.send_frame(raw_frame((250, "y")))
