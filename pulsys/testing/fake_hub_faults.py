@@ -73,6 +73,17 @@ class Faults:
             raise ValueError("status code must be 200..599")
         self._add(_Fault("status", times, match, code=code, headers=headers))
 
+    def slow(self, seconds, times=None, match=None):
+        """Wait `seconds` before answering a matching request (any route): a slow Hub, so
+        that concurrent requests overlap."""
+        self._add(_Fault("slow", times, match, seconds=seconds))
+
+    def take_delay(self, target):
+        """Seconds to wait before answering this request (0.0: none); consumes one use."""
+        with self._lock:
+            fault = self._take(target, ("slow",))
+            return fault.seconds if fault else 0.0
+
     def corrupt(self, times=1, match=None):
         """Flip one byte in the middle of the body actually sent (a range is corrupted within itself)."""
         self._add(_Fault("corrupt", times, match))

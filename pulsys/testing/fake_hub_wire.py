@@ -83,6 +83,9 @@ class FakeHandler(BaseHTTPRequestHandler):
             self.send_json(400, {"error": "malformed request body"})
             return
         try:
+            delay = self.hub.faults.take_delay(self.path)
+            if delay and self.hub._stop_event.wait(delay):
+                return
             fault = self.hub.faults.take_status(self.path)
             if fault:
                 code, headers = fault

@@ -280,7 +280,7 @@ class Upstream:
             if kind == T.RESOLVE:
                 self._resolve_once(job)
             elif kind in (T.API_INFO, T.API_TREE, T.API_PATHS_INFO):
-                self._api(job)
+                self._api_once(job)
             else:
                 self._passthrough(job)
         except UpstreamRefused as e:     # the SSRF guard said no (counted where it refused)
@@ -714,6 +714,20 @@ class Upstream:
             entry = Entry(CANNED, entry.key, status=entry.status,
                           headers=UH.rewrite_links(entry.headers, self.base, base), body=entry.body)
         return job.reply(Reply(entry, None, outcome))
+
+    def _api_once(self, job):
+        """Concurrent identical API requests ask upstream once: the others wait for the
+        first, then answer from what it cached (a 5xx or a 429 is not cached: then each
+        asks, or is answered from the rate-limit window, itself)."""
+        key = ("api", self._api_key(job))
+        flight, leader = self.flights.join(key)
+        if not leader:
+            flight.wait(self.timeout[1])
+            return self._api(job)
+        try:
+            return self._api(job)
+        finally:
+            self.flights.end(key, flight)
 
     def _api(self, job):
         t = job.target

@@ -1,8 +1,10 @@
 """The Hub's 429 (upstream/ratelimit.py): after one, pulsys asks the Hub nothing more for
 metadata until the time it named, serves what it has cached however old, and answers
-the rest with a 429 of its own carrying Retry-After. Fake Hub on loopback; with one
-listener (in-process) and two (worker processes)."""
+the rest with a 429 of its own carrying Retry-After; and concurrent identical metadata
+requests ask the Hub once. Fake Hub on loopback; with one listener (in-process) and two
+(worker processes)."""
 
+import concurrent.futures
 import time
 
 import requests
@@ -59,3 +61,16 @@ def test_cached_answers_are_served_while_limited(hub, make_server):
     assert r.status_code == 429 and 25 <= int(r.headers["Retry-After"]) <= 30
     assert hub.count() == 0
     assert srv.vars()["stale_served"] >= 3
+
+
+def test_concurrent_identical_metadata_requests_ask_the_hub_once(hub, make_server):
+    hub.add_repo("org/m", files={"config.json": CONFIG})
+    srv = make_server(hub)
+    hub.faults.slow(0.5, match="/api/models/org/m")       # every asker arrives while the first waits
+    paths = ["/api/models/org/m"] * 8 + ["/api/models/org/m/tree/main"] * 4
+    with concurrent.futures.ThreadPoolExecutor(len(paths)) as ex:
+        answers = list(ex.map(lambda p: get(srv, p), paths))
+    assert all(r.status_code == 200 for r in answers)
+    assert {r.json()["id"] for r in answers[:8]} == {"org/m"}
+    assert hub.count(path_contains="/api/models/org/m/tree/") == 1
+    assert hub.count(path_contains="/api/models/org/m") == 2     # one info, one tree
