@@ -32,6 +32,8 @@ NAMES = (
     "negative_evictions", "missing_from_file_list",
     # the Hub's 429s (upstream/ratelimit.py): received; answered 429 by pulsys without asking
     "upstream_rate_limited", "rate_limited_answers",
+    # requests of keys limited to some repos, for another repo (auth/repos.py)
+    "repo_refusals",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -84,6 +86,7 @@ NEGATIVE_EVICTIONS = 43
 MISSING_FROM_FILE_LIST = 44
 UPSTREAM_RATE_LIMITED = 45
 RATE_LIMITED_ANSWERS = 46
+REPO_REFUSALS = 47
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

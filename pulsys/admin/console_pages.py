@@ -217,6 +217,8 @@ def keys(console, s, query, created=None):
             '<label>Name <input name="name" id="key-name" maxlength="100"></label>'
             '<label>Scope <select name="scope" id="key-scope"><option value="read">read</option>'
             '<option value="admin">admin</option></select></label>'
+            '<label>Repos <input name="repos" id="key-repos" maxlength="2000" '
+            'placeholder="every repo; or e.g. acme/* datasets/team-a/*"></label>'
             '<button type="submit" id="create">Create</button></fieldset></form>' % csrf_field(s))
     rows = []
     for k in doc.get("keys", []):
@@ -227,12 +229,15 @@ def keys(console, s, query, created=None):
                       '%s<input type="hidden" name="id" value="%s"><button type="submit">Revoke</button></form>'
                       % (e(k["id"]), e(mine), csrf_field(s), e(k["id"])))
         rows.append('<tr data-key="%s"><td><code>%s</code></td><td class="name">%s</td><td>%s</td>'
-                    '<td class="state">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>'
+                    '<td class="repos">%s</td><td class="state">%s</td><td>%s</td><td>%s</td><td>%s</td>'
+                    '<td>%s</td></tr>'
                     % (e(k["id"]), e(k["id"]), e(k.get("name")), e(k.get("scope")),
+                       e(" ".join(k.get("repos") or ["every repo"])),
                        "active" if k.get("active") else "revoked", e(when(k.get("created_at"))),
                        e(k.get("created_by")), e(when(k.get("revoked_at"))), revoke))
-    body = shown + form + table([("id", False), ("name", False), ("scope", False), ("state", False),
-                                 ("created", False), ("by", False), ("revoked", False), ("", False)], rows, "keys")
+    body = shown + form + table([("id", False), ("name", False), ("scope", False), ("repos", False),
+                                 ("state", False), ("created", False), ("by", False), ("revoked", False),
+                                 ("", False)], rows, "keys")
     return layout("API keys", "keys", s, body, "/console/keys")
 
 
@@ -259,6 +264,9 @@ def create_key(console, s, form):
     doc = {"scope": form.get("scope") or "read"}
     if form.get("name"):
         doc["name"] = form["name"]
+    repos = _globs(form.get("repos"))
+    if repos:
+        doc["repos"] = repos
     created = api(console, s, "POST", "/api/v1/keys", doc)
     return 200, keys(console, s, {}, created=created)
 

@@ -10,6 +10,7 @@ import time
 
 from pulsys.admin.errors import bad_request, conflict, not_found
 from pulsys.auth.keys import SCOPES, new_key
+from pulsys.auth.repos import compile_patterns, text_of
 from pulsys.db import audit
 from pulsys.db import keys as rows
 
@@ -30,10 +31,29 @@ def _check_scope(scope):
     return scope
 
 
+def _check_repos(repos):
+    """None (every repo), or the patterns as the store keeps them."""
+    if repos is None:
+        return None
+    try:
+        return text_of(compile_patterns(repos))
+    except ValueError as e:
+        raise bad_request(str(e)) from None
+
+
 def _check_id(key_id):
     if not isinstance(key_id, str) or not key_id or len(key_id) > 64 or not key_id.isalnum():
         raise bad_request("key id %r: expected the hex id shown by `pulsys keys list`" % (key_id,))
     return key_id
+
+
+def _compiled(repos):
+    if not repos:
+        return None
+    try:
+        return compile_patterns(repos)
+    except ValueError:
+        return ()          # a stored pattern this pulsys cannot read: the key reads nothing
 
 
 class KeyService:
@@ -41,14 +61,18 @@ class KeyService:
         self.db = db
         self.clock = clock
 
-    def create(self, scope, name, actor):
-        """-> (key, row). The key is in no row and no log: show it once."""
-        scope, name = _check_scope(scope), _check_name(name)
+    def create(self, scope, name, actor, repos=None):
+        """-> (key, row). The key is in no row and no log: show it once. repos: patterns
+        the key is limited to (auth/repos.py), or None for every repo."""
+        scope, name, repos = _check_scope(scope), _check_name(name), _check_repos(repos)
         key, kid, digest = new_key()
         now = self.clock()
         with self.db.transaction() as tx:
-            rows.insert(tx, kid, digest, scope, name, actor, now)
-            audit.append(tx, actor, "key.create", kid, {"scope": scope, "name": name}, now)
+            rows.insert(tx, kid, digest, scope, name, actor, now, repos)
+            event = {"scope": scope, "name": name}
+            if repos:
+                event["repos"] = repos
+            audit.append(tx, actor, "key.create", kid, event, now)
             return key, rows.get(tx, kid)
 
     def get(self, key_id):
@@ -97,9 +121,11 @@ class KeyService:
             return rows.generation(tx)
 
     def snapshot(self):
-        """-> (generation, {key id: (digest, scope)}) read in one transaction."""
+        """-> (generation, {key id: (digest, scope, compiled repo patterns or None)}) read
+        in one transaction."""
         with self.db.transaction(write=False) as tx:
-            return rows.generation(tx), rows.active_table(tx)
+            gen, table = rows.generation(tx), rows.active_table(tx)
+        return gen, {kid: (d, s, _compiled(r)) for kid, (d, s, r) in table.items()}
 
     def audit(self, limit=100, before=None, action=None):
         with self.db.transaction(write=False) as tx:

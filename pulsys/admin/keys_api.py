@@ -23,7 +23,7 @@ def _key_doc(row):
     return {"id": row["id"], "scope": row["scope"], "name": row["name"],
             "created_at": row["created_at"], "created_by": row["created_by"],
             "revoked_at": row["revoked_at"], "revoked_by": row["revoked_by"],
-            "active": row["revoked_at"] is None}
+            "active": row["revoked_at"] is None, "repos": row.get("repos")}
 
 
 def list_keys(api, req):
@@ -32,8 +32,8 @@ def list_keys(api, req):
 
 
 def create_key(api, req):
-    doc = req.json(("scope", "name"))
-    key, row = api.keys.create(doc.get("scope", "read"), doc.get("name", ""), req.actor)
+    doc = req.json(("scope", "name", "repos"))
+    key, row = api.keys.create(doc.get("scope", "read"), doc.get("name", ""), req.actor, doc.get("repos"))
     _apply_now(api)
     out = _key_doc(row)
     out["key"] = key

@@ -1,10 +1,15 @@
 """The data plane's key check: an in-memory table of active keys, and the answers
 already given per Authorization header value.
 
-    table     {key id: (sha256 digest, scope)}  replaced whole by load() when keys change
-    verdicts  {Authorization header value: scope} filled by scope() on first use,
-              replaced by an empty dict on every load(), so a revoked key stops working
-              at the next request after the new table arrives
+    table     {key id: (sha256 digest, scope, repo patterns or None)}  replaced whole by
+              load() when keys change (patterns compiled by auth/repos.py)
+    verdicts  {Authorization header value: scope} of keys that read every repo, filled
+              by scope() on first use, replaced by an empty dict on every load(), so a
+              revoked key stops working at the next request after the new table arrives
+    limited   {Authorization header value: (scope, patterns)} the same for keys limited
+              to some repos: never in `verdicts`, so every request of theirs takes the
+              general step, which checks its repo (check() gives the patterns), and the
+              fused hit never serves it
 
 A reactor asks `header in gate.verdicts` first (one dict lookup on the warm path; the
 whole check adds 0.05-0.12 us to a warm hit, ADR 0009) and calls scope() only for a header it has not accepted before: parse, one table
@@ -39,31 +44,62 @@ MESSAGES = {
 }
 
 
+REPO_NOT_FOUND = "Repository not found"          # the Hub's words (hf-protocol.md §4.3)
+ROUTE_NOT_ALLOWED = ("pulsys: this key may read only some repos, and this route is not one "
+                     "repo's (ask the admin for a key without repo limits)")
+
+
+def _table(table):
+    """Rows as (digest, scope, patterns or None); two-field rows read every repo."""
+    return {k: (v[0], v[1], v[2] if len(v) > 2 else None) for k, v in (table or {}).items()}
+
+
 class Gate:
     def __init__(self, table=None):
-        self.table = dict(table or {})
+        self.table = _table(table)
         self.verdicts = {}
+        self.limited = {}
 
     def load(self, table):
-        """Replace the active keys: {key id: (digest, scope)}."""
-        self.table = dict(table)
+        """Replace the active keys: {key id: (digest, scope[, compiled patterns])}."""
+        self.table = _table(table)
         self.verdicts = {}
+        self.limited = {}
 
     def scope(self, header):
         """'read' or 'admin' for an accepted Authorization header value, else None."""
-        verdicts = self.verdicts
-        s = verdicts.get(header)
+        s = self.verdicts.get(header)
         if s is not None:
             return s
+        found = self.check(header)
+        return found[0] if found is not None else None
+
+    def check(self, header):
+        """-> (scope, repo patterns or None) for an accepted header value, else None; the
+        patterns in one answer with the scope, so a load() between two calls cannot pair
+        a limited key with no limits."""
+        s = self.verdicts.get(header)
+        if s is not None:
+            return s, None
+        found = self.limited.get(header)
+        if found is not None:
+            return found
         key = bearer(header)
         kid = key_id(key) if key is not None else None
         row = self.table.get(kid) if kid is not None else None
         if row is None or not matches(key, row[0]):
             return None
+        if row[2] is not None:
+            limited = self.limited
+            if len(limited) >= MAX_VERDICTS:
+                limited.clear()
+            found = limited[header] = (row[1], row[2])
+            return found
+        verdicts = self.verdicts
         if len(verdicts) >= MAX_VERDICTS:
             verdicts.clear()
         verdicts[header] = row[1]
-        return row[1]
+        return row[1], None
 
     @staticmethod
     def reason(header):
@@ -74,6 +110,19 @@ class Gate:
         if key is None:
             return NOT_BEARER
         return INVALID if looks_like_a_key(key) else NOT_PULSYS
+
+
+@functools.lru_cache(maxsize=16)
+def not_this_repo(has_repo, keep_alive=True, head_only=False):
+    """A limited key asked for a repo it may not read: the Hub's answer to a repo the
+    caller cannot see (404 RepoNotFound, so huggingface_hub raises
+    RepositoryNotFoundError); or, for a route that is not one repo's, 403."""
+    status, code, message = (404, "RepoNotFound", REPO_NOT_FOUND) if has_repo else \
+        (403, "Forbidden", ROUTE_NOT_ALLOWED)
+    body = json.dumps({"error": message}).encode()
+    head = render_canned(status, (("Content-Type", "application/json; charset=utf-8"),
+                                  ("X-Error-Code", code), ("X-Error-Message", message)), len(body), keep_alive)
+    return head if head_only else head + body
 
 
 @functools.lru_cache(maxsize=16)

@@ -51,6 +51,10 @@ def make_parser():
     c.add_argument("--scope", choices=SCOPES, default="read",
                    help="read: downloads only (default); admin: also the admin API")
     c.add_argument("--name", default="", help="what the key is for, e.g. ci or team-a")
+    c.add_argument("--repo", action="append", metavar="PATTERN", dest="repos",
+                   help="limit the key to repos matching [models/|datasets/|spaces/]OWNER/NAME, "
+                        "with * and ? (repeatable; e.g. --repo 'acme/*' --repo 'datasets/team-a/*'); "
+                        "other repos answer 404 RepoNotFound. Default: every repo")
     ls = sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
     ls.add_argument("--active", action="store_true", help="only keys not revoked")
     r = sub.add_parser("revoke", parents=[common], help="revoke a key by id")
@@ -80,8 +84,8 @@ class _Direct:
         except (KeyError, OSError):
             self.actor = "cli"
 
-    def create(self, scope, name):
-        key, row = self.service.create(scope, name, self.actor)
+    def create(self, scope, name, repos):
+        key, row = self.service.create(scope, name, self.actor, repos)
         return dict(row, key=key)
 
     def listing(self, active):
@@ -95,8 +99,11 @@ class _Remote(AdminClient):
     """The same calls through a running server's admin listener (pulsys.cli.remote)."""
 
 
-    def create(self, scope, name):
-        return self.call("POST", "/api/v1/keys", {"scope": scope, "name": name})
+    def create(self, scope, name, repos):
+        doc = {"scope": scope, "name": name}
+        if repos:
+            doc["repos"] = repos
+        return self.call("POST", "/api/v1/keys", doc)
 
     def listing(self, active):
         return self.call("GET", "/api/v1/keys?revoked=%d" % (0 if active else 1))["keys"]
@@ -113,24 +120,25 @@ def _when(t):
 
 
 def _table(rows):
-    out = ["%-12s  %-5s  %-7s  %-16s  %-16s  %s" % ("ID", "SCOPE", "STATE", "CREATED (UTC)",
-                                                    "CREATED BY", "NAME")]
+    out = ["%-12s  %-5s  %-7s  %-16s  %-16s  %-16s  %s" % ("ID", "SCOPE", "STATE", "CREATED (UTC)",
+                                                           "CREATED BY", "NAME", "REPOS")]
     for r in rows:
-        out.append("%-12s  %-5s  %-7s  %-16s  %-16s  %s" % (
+        out.append("%-12s  %-5s  %-7s  %-16s  %-16s  %-16s  %s" % (
             r["id"], r["scope"], "active" if r["revoked_at"] is None else "revoked",
-            _when(r["created_at"]), r["created_by"], r["name"]))
+            _when(r["created_at"]), r["created_by"], r["name"], " ".join(r.get("repos") or ["*"])))
     return "\n".join(out) + "\n"
 
 
 def _run(args, environ):
     backend = (_Remote if args.server or environ.get("PULSYS_ADMIN_URL") else _Direct)(args, environ)
     if args.command == "create":
-        row = backend.create(args.scope, args.name)
+        row = backend.create(args.scope, args.name, args.repos)
         if args.json:
             sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
         else:
-            sys.stderr.write("%s: created key %s (scope %s%s); this is the only time it is shown:\n"
-                             % (PROG, row["id"], row["scope"], ", name %s" % row["name"] if row["name"] else ""))
+            sys.stderr.write("%s: created key %s (scope %s%s%s); this is the only time it is shown:\n"
+                             % (PROG, row["id"], row["scope"], ", name %s" % row["name"] if row["name"] else "",
+                                ", repos %s" % " ".join(row["repos"]) if row.get("repos") else ""))
             sys.stdout.write(row["key"] + "\n")
     elif args.command == "list":
         rows = backend.listing(args.active)

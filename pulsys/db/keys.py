@@ -4,22 +4,34 @@ Every function takes a Tx. Each change bumps the counter in the same transaction
 process that sees a new generation reads a table that includes the change.
 """
 
-COLUMNS = "id, scope, name, created_at, created_by, revoked_at, revoked_by"
+import json
+
+COLUMNS = "id, scope, name, created_at, created_by, revoked_at, revoked_by, repos"
 
 
 def _bump(tx):
     tx.execute("UPDATE counters SET value = value + 1 WHERE name = 'keys'")
 
 
-def insert(tx, key_id, digest, scope, name, actor, now):
-    tx.execute("INSERT INTO api_keys (id, digest, scope, name, created_at, created_by) "
-               "VALUES (?, ?, ?, ?, ?, ?)", (key_id, digest, scope, name, now, actor))
+def _row(r):
+    """A row as callers use it: `repos` a list of patterns, or None (every repo)."""
+    if r is not None:
+        r = dict(r)
+        r["repos"] = json.loads(r["repos"]) if r["repos"] else None
+    return r
+
+
+def insert(tx, key_id, digest, scope, name, actor, now, repos=None):
+    """repos: the key's repo patterns as text (a list), or None for every repo."""
+    tx.execute("INSERT INTO api_keys (id, digest, scope, name, created_at, created_by, repos) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)",
+               (key_id, digest, scope, name, now, actor, json.dumps(repos) if repos else None))
     _bump(tx)
 
 
 def get(tx, key_id):
     """The key's row without its digest, or None."""
-    return tx.one("SELECT %s FROM api_keys WHERE id = ?" % COLUMNS, (key_id,))
+    return _row(tx.one("SELECT %s FROM api_keys WHERE id = ?" % COLUMNS, (key_id,)))
 
 
 def revoke(tx, key_id, actor, now):
@@ -35,13 +47,15 @@ def revoke(tx, key_id, actor, now):
 def listing(tx, include_revoked=True):
     """Every key (no digests), oldest first."""
     where = "" if include_revoked else " WHERE revoked_at IS NULL"
-    return tx.all("SELECT %s FROM api_keys%s ORDER BY created_at, id" % (COLUMNS, where))
+    return [_row(r) for r in tx.all("SELECT %s FROM api_keys%s ORDER BY created_at, id" % (COLUMNS, where))]
 
 
 def active_table(tx):
-    """{key id: (digest, scope)} of the keys not revoked: what the data plane checks."""
-    rows = tx.all("SELECT id, digest, scope FROM api_keys WHERE revoked_at IS NULL")
-    return {r["id"]: (r["digest"], r["scope"]) for r in rows}
+    """{key id: (digest, scope, repo patterns or None)} of the keys not revoked: what the
+    data plane checks (the patterns as text; admin/keys.py compiles them)."""
+    rows = tx.all("SELECT id, digest, scope, repos FROM api_keys WHERE revoked_at IS NULL")
+    return {r["id"]: (r["digest"], r["scope"], json.loads(r["repos"]) if r["repos"] else None)
+            for r in rows}
 
 
 def count(tx):

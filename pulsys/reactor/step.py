@@ -19,7 +19,8 @@ Answer per head (`answers`, `remember`).
 import time
 
 from pulsys import metrics as M
-from pulsys.auth.gate import refusal
+from pulsys.auth.gate import not_this_repo, refusal
+from pulsys.auth.repos import allows
 from pulsys.cache.downloads import ONE
 from pulsys.cache.index import FOREVER
 from pulsys.errors import ProtocolError
@@ -117,13 +118,24 @@ class HttpStep:
         kind = t.kind
         conn.hbase = M.H_COLD if kind == T.RESOLVE else M.H_API if kind < T.LOCAL else -1
         gate = self.gate
-        if gate is not None and kind != T.LOCAL and head.authorization not in gate.verdicts \
-                and gate.scope(head.authorization) is None:
-            c[M.AUTH_REFUSALS] += 1
-            conn.hbase = -1
-            respond(conn, head, 401, refusal(gate.reason(head.authorization), head.keep_alive,
-                                             head.method == "HEAD"), not head.keep_alive)
-            return ANSWERED
+        if gate is not None and kind != T.LOCAL and head.authorization not in gate.verdicts:
+            found = gate.check(head.authorization)
+            if found is None:
+                c[M.AUTH_REFUSALS] += 1
+                conn.hbase = -1
+                respond(conn, head, 401, refusal(gate.reason(head.authorization), head.keep_alive,
+                                                 head.method == "HEAD"), not head.keep_alive)
+                return ANSWERED
+            if found[1] is not None and kind != T.REJECT \
+                    and not (kind < T.API_OTHER and allows(found[1], t.rtype, t.repo)):
+                # a key limited to some repos (auth/repos.py): what the Hub answers for a
+                # repo the caller cannot see, so the key learns nothing of what exists
+                c[M.REPO_REFUSALS] += 1
+                conn.hbase = -1
+                has_repo = kind < T.API_OTHER
+                respond(conn, head, 404 if has_repo else 403,
+                        not_this_repo(has_repo, head.keep_alive, head.method == "HEAD"), not head.keep_alive)
+                return ANSWERED
         if kind == T.RESOLVE:
             e = self.index.lookup(t, conn.t0)
             if e is not None and plan_warm(head, e, conn.plan):

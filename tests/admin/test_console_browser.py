@@ -77,3 +77,18 @@ def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, 'tr[data-key="%s"] .state' % me["id"]).text == "revoked")
     assert call(base + "/api/v1/whoami", key=secret)[0] == 401
     assert "secret" not in [e.get_attribute("id") for e in b.find_elements(By.ID, "secret")]   # shown once only
+
+    # a key limited to some repos: made on the page, listed with its patterns, and held to them
+    b.find_element(By.ID, "key-name").send_keys("only-warm")
+    b.find_element(By.ID, "key-repos").send_keys("org/warm, datasets/org/*")
+    b.find_element(By.ID, "create").click()
+    limited = wait.until(lambda d: d.find_element(By.ID, "secret")).text.strip()
+    kid = call(base + "/api/v1/whoami", key=limited)[2]["id"]
+    assert b.find_element(By.CSS_SELECTOR, 'tr[data-key="%s"] .repos' % kid).text == "org/warm datasets/org/*"
+    name = sorted(FILES)[0]
+    r = requests.get(server.url + "/org/warm/resolve/main/" + name,
+                     headers={"Authorization": "Bearer " + limited}, timeout=10)
+    assert r.status_code == 200 and r.content == FILES[name]
+    r = requests.get(server.url + "/org/other/resolve/main/" + name,
+                     headers={"Authorization": "Bearer " + limited}, timeout=10)
+    assert r.status_code == 404 and r.headers["X-Error-Code"] == "RepoNotFound"

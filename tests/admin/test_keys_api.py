@@ -34,15 +34,22 @@ def test_create_list_get_revoke_and_the_audit_log(srv):
     assert st == 200 and gone["revoked_by"] == "key:" + me["id"] and not gone["active"]
     st, _, active = call(base + "/api/v1/keys?revoked=0", key=admin)
     assert new_id not in [k["id"] for k in active["keys"]]
-    st, _, log = call(base + "/api/v1/audit?limit=2", key=admin)
+    st, _, lim = call(base + "/api/v1/keys", "POST", admin, {"name": "ci", "repos": ["acme/*", "datasets/acme/*"]})
+    assert st == 201 and lim["repos"] == ["acme/*", "datasets/acme/*"] and lim["scope"] == "read"
+    st, _, one = call(base + "/api/v1/keys/" + lim["id"], key=admin)
+    assert one["repos"] == ["acme/*", "datasets/acme/*"]
+    assert call(base + "/api/v1/keys/" + lim["id"], "DELETE", admin)[0] == 200
+    st, _, log = call(base + "/api/v1/audit?limit=4", key=admin)
     assert st == 200
     assert [(e["action"], e["target"], e["actor"]) for e in log["events"]] == [
+        ("key.revoke", lim["id"], "key:" + me["id"]), ("key.create", lim["id"], "key:" + me["id"]),
         ("key.revoke", new_id, "key:" + me["id"]), ("key.create", new_id, "key:" + me["id"])]
-    assert log["events"][1]["detail"] == {"name": "team-a", "scope": "read"}
+    assert log["events"][3]["detail"] == {"name": "team-a", "scope": "read"}
+    assert log["events"][1]["detail"] == {"name": "ci", "scope": "read", "repos": ["acme/*", "datasets/acme/*"]}
     st, _, older = call(base + log["next"], key=admin)
     assert st == 200 and all(e["id"] < log["events"][-1]["id"] for e in older["events"])
     st, _, only = call(base + "/api/v1/audit?action=key.revoke", key=admin)
-    assert [e["target"] for e in only["events"]] == [new_id]
+    assert [e["target"] for e in only["events"]] == [lim["id"], new_id]
 
 
 def test_refusals_are_hf_style_errors_and_the_server_keeps_serving(srv):
@@ -57,6 +64,8 @@ def test_refusals_are_hf_style_errors_and_the_server_keeps_serving(srv):
         (("/api/v1/keys", "POST", admin, {"scope": "root"}), 400, "choose one of read, admin"),
         (("/api/v1/keys", "POST", admin, {"scope": "read", "nmae": "x"}), 400, "unknown field nmae"),
         (("/api/v1/keys", "POST", admin, {"name": 7}), 400, "must be a string"),
+        (("/api/v1/keys", "POST", admin, {"repos": "acme/*"}), 400, "non-empty list"),
+        (("/api/v1/keys", "POST", admin, {"repos": ["acme/x y"]}), 400, "repo pattern"),
         (("/api/v1/keys/0123456789ab", "DELETE", admin, None), 404, "no key"),
         (("/api/v1/keys/%2e%2e", "GET", admin, None), 400, "key id"),
         (("/api/v1/keys", "PUT", admin, None), 405, "allowed: GET, POST"),

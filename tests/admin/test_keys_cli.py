@@ -39,7 +39,7 @@ def test_direct_on_the_store(db_url):
         _, table = KeyService(db).snapshot()
     finally:
         db.close()
-    assert table == {key_id(key): (digest(key), "admin")}
+    assert table == {key_id(key): (digest(key), "admin", None)}
     p = keys("list", "--db", db_url)
     assert p.returncode == 0 and key_id(key) in p.stdout and "ops" in p.stdout and key not in p.stdout
     p = keys("revoke", key_id(key), "--db", db_url)
@@ -48,6 +48,22 @@ def test_direct_on_the_store(db_url):
     assert p.returncode == 0 and json.loads(p.stdout) == []
     assert "already revoked" in one_line_error(keys("revoke", key_id(key), "--db", db_url))
     assert "no key with id" in one_line_error(keys("revoke", "0123456789ab", "--db", db_url))
+
+
+def test_a_key_limited_to_repos(db_url):
+    p = keys("create", "--repo", "acme/*", "--repo", "datasets/team-a/*", "--db", db_url)
+    assert p.returncode == 0 and "repos acme/* datasets/team-a/*" in p.stderr, p.stderr
+    key = p.stdout.strip()
+    db = Database.open(db_url)
+    try:
+        _, table = KeyService(db).snapshot()
+    finally:
+        db.close()
+    assert table == {key_id(key): (digest(key), "read", ((None, "acme/*"), ("dataset", "team-a/*")))}
+    listed = json.loads(keys("list", "--json", "--db", db_url).stdout)
+    assert [r["repos"] for r in listed] == [["acme/*", "datasets/team-a/*"]]
+    assert "acme/* datasets/team-a/*" in keys("list", "--db", db_url).stdout
+    assert "repo pattern 'acme/a b'" in one_line_error(keys("create", "--repo", "acme/a b", "--db", db_url))
 
 
 def test_the_default_store_is_the_one_in_the_cache_dir(tmp_path):

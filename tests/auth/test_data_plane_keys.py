@@ -181,3 +181,37 @@ def test_client_keys_never_reach_upstream(auth_server, hub, repo):
     assert seen, "nothing reached the fake hub"
     assert not any(read in (a or "") or admin in (a or "") for a in seen), seen
     assert {a for a in seen if a} <= {"Bearer hf_servers_own_token"}, seen
+
+
+@pytest.mark.parametrize("iouring", BACKENDS)
+def test_a_key_limited_to_some_repos_reads_those_and_sees_nothing_else(auth_server, hub, repo, raw_client,
+                                                                       iouring, listeners):
+    hub.add_repo("other/secret", files={"config.json": SMALL}, lfs={"config.json"})
+    hub.add_repo("org/d", files={"data.csv": b"a,b\n"}, repo_type="dataset")
+    srv, admin, read = auth_server(iouring=iouring)
+    st, _, doc = call(admin_url(srv) + "/api/v1/keys", "POST", admin,
+                      {"name": "team-org", "repos": ["models/org/*"]})
+    assert st == 201 and doc["repos"] == ["models/org/*"]
+    limited = doc["key"]
+    c = raw_client(srv.address)
+    for _ in range(3):                 # cold, warm, and (io_uring) the fused hit's turn
+        for path, body in ((SMALL_PATH, SMALL), (BIG_PATH, BIG)):
+            c.send(GET(path, limited))
+            st, h, got = c.response()
+            assert st == 200 and got == body, (path, st)
+        c.send(GET(b"/other/secret/resolve/main/config.json", read))     # warm it for the free key
+        assert c.response()[0] == 200
+        for path in (b"/other/secret/resolve/main/config.json", b"/api/models/other/secret",
+                     b"/datasets/org/d/resolve/main/data.csv", b"/api/datasets/org/d/tree/main"):
+            c.send(GET(path, limited))
+            st, h, got = c.response()
+            assert st == 404 and h["x-error-code"] == "RepoNotFound", (path, st, got)
+            assert json.loads(got) == {"error": "Repository not found"}
+    c.send(GET(b"/api/models?search=org", limited))                     # not one repo's route
+    st, h, _ = c.response()
+    assert st == 403 and h["x-error-code"] == "Forbidden"
+    c.send(GET(b"/api/models/org/m", limited))
+    assert c.response()[0] == 200
+    assert not c.closed(wait=0.1)
+    v = srv.vars()
+    assert v["repo_refusals"] == 13 and v["auth_refusals"] == 0, v

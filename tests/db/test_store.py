@@ -34,12 +34,12 @@ def test_keys_rows_generation_and_active_table(db):
         rows.insert(tx, "bbbbbbbbbbbb", "d2", "admin", "", "cli:x", 11.0)
     with db.transaction() as tx:
         assert rows.generation(tx) == g0 + 2
-        assert rows.active_table(tx) == {"aaaaaaaaaaaa": ("d1", "read"), "bbbbbbbbbbbb": ("d2", "admin")}
+        assert rows.active_table(tx) == {"aaaaaaaaaaaa": ("d1", "read", None), "bbbbbbbbbbbb": ("d2", "admin", None)}
         assert rows.revoke(tx, "aaaaaaaaaaaa", "key:bbbbbbbbbbbb", 12.0) is True
         assert rows.revoke(tx, "aaaaaaaaaaaa", "key:bbbbbbbbbbbb", 13.0) is False     # already
         assert rows.revoke(tx, "cccccccccccc", "key:bbbbbbbbbbbb", 13.0) is False     # unknown
         assert rows.generation(tx) == g0 + 3       # only real changes bump it
-        assert rows.active_table(tx) == {"bbbbbbbbbbbb": ("d2", "admin")}
+        assert rows.active_table(tx) == {"bbbbbbbbbbbb": ("d2", "admin", None)}
         listed = rows.listing(tx)
         assert [r["id"] for r in listed] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
         assert listed[0]["revoked_at"] == 12.0 and listed[0]["revoked_by"] == "key:bbbbbbbbbbbb"
@@ -71,7 +71,7 @@ def test_key_service_create_list_revoke_with_audit(db):
     key, row = svc.create("read", "team-a", "key:000000000000")
     assert key_id(key) == row["id"] and row["scope"] == "read" and row["name"] == "team-a"
     gen, table = svc.snapshot()
-    assert table == {row["id"]: (digest(key), "read")}       # only the digest is stored
+    assert table == {row["id"]: (digest(key), "read", None)}     # only the digest is stored
     with db.transaction(write=False) as tx:
         stored = tx.all("SELECT * FROM api_keys")
     assert key not in repr(stored) and key[-43:] not in repr(stored)     # nor its secret part

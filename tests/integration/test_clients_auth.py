@@ -8,8 +8,10 @@ import re
 
 import pytest
 
+from tests.auth.conftest import call
+
 from .clients import client_env, json_out, run_client
-from .conftest import MODEL, populate
+from .conftest import DATASET, MODEL, populate
 
 pytestmark = pytest.mark.clients
 
@@ -74,3 +76,25 @@ def test_hf_transfer_parallel_ranges_carry_the_key(legacy_venv, setup, new_hf_ho
     out = run(legacy_venv, server, new_hf_home(), "hf_hub_download",
               [BIG, "model.safetensors", "--require-hf-transfer"], key, HF_HUB_ENABLE_HF_TRANSFER="1")
     assert out.get("sha256") == sha and out["size"] == BIG_SIZE, out
+
+
+@pytest.mark.parametrize("client", ["latest", "legacy"])
+def test_a_key_limited_to_some_repos_gets_the_hubs_not_found_for_the_rest(client, request, setup, new_hf_home):
+    """A key an admin limited to MODEL's owner: MODEL downloads; a dataset of the same
+    name is another repo type, outside the pattern, and the client raises the error it
+    raises against the Hub for a repo the caller cannot see."""
+    venv = request.getfixturevalue(client + "_venv")
+    hub, corpus, server, admin, _ = setup
+    owner = MODEL.split("/")[0]
+    st, _, doc = call(server.admin_url + "/api/v1/keys", "POST", admin,
+                      {"name": "limited", "repos": ["models/%s/*" % owner]})
+    assert st == 201, doc
+    limited = doc["key"]
+    out = run(venv, server, new_hf_home(), "hf_hub_download", [MODEL, "config.json"], limited)
+    assert out.get("sha256") == corpus.sha256(MODEL, "config.json"), out
+    out = run(venv, server, new_hf_home(), "hf_hub_download", [DATASET, "README.md", "--repo-type", "dataset"],
+              limited)
+    assert "error" in out and "RepositoryNotFoundError" in out["error_mro"], out
+    out = run(venv, server, new_hf_home(), "snapshot_download", [DATASET, "--repo-type", "dataset"], limited)
+    assert "error" in out and "RepositoryNotFoundError" in out["error_mro"], out
+    assert server.alive()
