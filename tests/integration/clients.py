@@ -39,6 +39,9 @@ SCRIPTS_DIR = Path(__file__).resolve().parent / "client_scripts"
 CLIENTS: dict[str, tuple[str, ...]] = {
     "latest": ("huggingface_hub>=2.4,<3",),
     "legacy": ("huggingface_hub==0.36.2", "hf_transfer==0.1.9"),
+    # what older training images still pin (issue 16): before hf_xet, before the
+    # 0.3x download rewrite; still HEAD-then-GET with its own redirect handling
+    "old": ("huggingface_hub==0.23.5",),
     # libraries that call huggingface_hub for users, with their own optional-file probes
     # (hf-protocol.md §9); no torch: the loads below read data and tokenizers only
     "datasets": ("datasets>=4,<6",),

@@ -50,6 +50,12 @@ def legacy_venv():
     return client_venv("legacy")
 
 
+@pytest.fixture(scope="session")
+def old_venv():
+    """huggingface_hub 0.23.5 (no hf_xet, no hf_transfer)."""
+    return client_venv("old")
+
+
 # ---------------------------------------------------------------- fake hub
 
 
