@@ -19,6 +19,7 @@ Every thread it starts ends in `stop()`.
 """
 
 import errno
+import hashlib
 import ipaddress
 import os
 import socket
@@ -140,6 +141,7 @@ class FakeHub:
         self._bytes = {}
         self._fetches = {}
         self._errors = []
+        self._users = {}            # token -> {"name": ..., "repos": {(type, id), ...}} (add_user)
         self._stop_event = threading.Event()
         self._servers = []
         self._threads = []
@@ -154,6 +156,33 @@ class FakeHub:
         gated: False, True (= "auto") or "manual".
         """
         return self._store.add_repo(repo_id, files, repo_type, _lfs_set(lfs), private, gated)
+
+    # -- users -------------------------------------------------------------------
+
+    def add_user(self, token, name=None):
+        """A user whose bearer `token` is valid and who may read the public repos, and the
+        private and gated ones granted to it (grant). With FakeHub(token=T), T stays the
+        owner of everything; any token neither T nor a user's is invalid."""
+        with self._lock:
+            self._users[token] = {"name": name or "user-" + hashlib.sha1(token.encode()).hexdigest()[:8],
+                                  "repos": set()}
+
+    def grant(self, token, repo_id, repo_type="model"):
+        """The user may read this repo: a member of a private repo's org, or a user whose
+        request for a gated repo was accepted."""
+        with self._lock:
+            self._users[token]["repos"].add((repo_type, repo_id))
+
+    def revoke(self, token, repo_id, repo_type="model"):
+        """Take that access back; the user's next request is refused as the Hub refuses it."""
+        with self._lock:
+            self._users[token]["repos"].discard((repo_type, repo_id))
+
+    def user(self, token):
+        """(name, {(type, id), ...}) of a user added with add_user, else None."""
+        with self._lock:
+            u = self._users.get(token)
+            return (u["name"], set(u["repos"])) if u is not None else None
 
     def commit(self, repo_id, files, repo_type="model", branch="main", lfs=None):
         """A new commit on `branch` (created from main if new): `files` replace or extend the

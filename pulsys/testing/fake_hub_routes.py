@@ -4,10 +4,11 @@ Shapes follow hf-protocol.md: redirects §3, resolve answers and error headers
 §4.1, API answers §4.3, Xet signals §5. Checks run in the Hub's order: bad
 token, renamed repo, missing/private repo, gated content, revision, entry.
 
-Tokens: with `FakeHub(token=T)`, T is the only valid bearer and it may read
-every private and gated repo; any other bearer is rejected as invalid. With
-`token=None`, every bearer is a valid user that owns nothing (private -> 404,
-gated -> 403).
+Tokens: with `FakeHub(token=T)`, T may read every private and gated repo. Users
+added with `hub.add_user(token)` read the public repos and the private and gated
+ones `hub.grant(token, repo)` gave them (until `hub.revoke`). Any other bearer is
+rejected as invalid, unless `token=None`: then every bearer is a valid user that
+owns nothing (private -> 404, gated -> 403).
 """
 
 import base64
@@ -75,9 +76,18 @@ class HubHandler(FakeHandler):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return INVALID
-        if self.hub.token is None:
+        token = token.strip()
+        if self.hub.token is not None and token == self.hub.token:
+            return OWNER
+        if self.hub.token is None or self.hub.user(token) is not None:
             return USER
-        return OWNER if token.strip() == self.hub.token else INVALID
+        return INVALID
+
+    def granted(self, repo):
+        """The request's bearer is a user that was granted this repo (FakeHub.grant)."""
+        header = self.headers.get("Authorization") or ""
+        u = self.hub.user(header.partition(" ")[2].strip())
+        return u is not None and (repo.type, repo.id) in u[1]
 
     def error(self, status, code, message, extra=()):
         headers = ([("X-Error-Code", code)] if code else []) + [("X-Error-Message", message), *extra]
@@ -107,10 +117,10 @@ class HubHandler(FakeHandler):
                 self.send_simple(307, [("Location", location), ("Content-Type", "text/plain; charset=utf-8")],
                                  b"Temporary Redirect. Redirecting to " + location.encode())
                 return None
-        if repo is None or (repo.private and auth is not OWNER):
+        if repo is None or (repo.private and auth is not OWNER and not self.granted(repo)):
             self.error(401 if auth is ANON else 404, "RepoNotFound", "Repository not found")
             return None
-        if content and repo.gated and auth is not OWNER:
+        if content and repo.gated and auth is not OWNER and not self.granted(repo):
             if auth is ANON:
                 self.error(401, "GatedRepo", "Access to %s %s is restricted. You must have access to it and be "
                            "authenticated to access it. Please log in." % (repo_type, repo.id))
@@ -260,7 +270,9 @@ class HubHandler(FakeHandler):
         elif auth is INVALID:
             self.error(401, None, "Invalid credentials in Authorization header")
         else:
-            self.send_json(200, {"type": "user", "id": "0" * 24, "name": "fake-user", "fullname": "Fake User",
+            u = self.hub.user((self.headers.get("Authorization") or "").partition(" ")[2].strip())
+            self.send_json(200, {"type": "user", "id": "0" * 24, "name": u[0] if u else "fake-user",
+                                 "fullname": "Fake User",
                                  "orgs": [], "auth": {"type": "access_token",
                                                       "accessToken": {"displayName": "fake", "role": "read"}}})
 

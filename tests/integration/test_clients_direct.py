@@ -183,6 +183,32 @@ def test_errors_map_to_client_exceptions(client, case, request, http_hub, new_hf
         assert out["error"] == want, out  # GatedRepoError subclasses RepositoryNotFoundError
 
 
+@pytest.mark.parametrize("client", ["latest", "legacy"])
+def test_per_user_access_to_gated_and_private_repos(client, request, http_hub, new_hf_home):
+    """What `--upstream-auth client` will lean on (ADR 0016): each user's own token
+    decides. A user granted the gated repo downloads it; another user's token gets
+    GatedRepoError; a private repo is RepositoryNotFoundError to anyone not granted it;
+    a revoked grant is refused at the next request."""
+    hub, corpus = http_hub
+    venv = request.getfixturevalue(client + "_venv")
+    private = "acme/private-model"
+    if ("model", private) not in corpus.files:           # the module's hub is shared by both clients
+        corpus.add(hub, private, {"config.json": b'{"private": true}'}, private=True)
+    for who in ("hf_alice" + client, "hf_bob" + client):
+        hub.add_user(who)
+    hub.grant("hf_alice" + client, GATED)
+    hub.grant("hf_alice" + client, private)
+
+    def get(token, repo):
+        return _download(venv, hub, new_hf_home(), repo, "config.json", "--token", token, check=False)
+    for repo in (GATED, private):
+        assert get("hf_alice" + client, repo).get("sha256") == corpus.sha256(repo, "config.json")
+    assert get("hf_bob" + client, GATED)["error"] == "GatedRepoError"
+    assert get("hf_bob" + client, private)["error"] == "RepositoryNotFoundError"
+    hub.revoke("hf_alice" + client, GATED)
+    assert get("hf_alice" + client, GATED)["error"] == "GatedRepoError"
+
+
 # ---------------------------------------------------------------- Xet
 
 

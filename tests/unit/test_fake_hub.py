@@ -333,6 +333,34 @@ def test_gated_with_an_unauthorised_token_is_403():
         assert url_path(hub, "/api/models/org/gated").json()["gated"] == "manual"  # metadata stays public
 
 
+def test_users_read_what_they_were_granted_until_it_is_revoked(hub):
+    """Per-user access as the Hub keeps it (hf-protocol.md §4.3): a private repo the user
+    may not read does not exist for it (404 RepoNotFound), a gated one answers 403
+    GatedRepo, and both open once granted; the owner's token reads everything."""
+    hub.add_repo("org/private", files={"config.json": CONFIG}, private=True)
+    hub.add_repo("org/gated", files={"config.json": CONFIG}, gated=True)
+    hub.add_user("hf_alice", "alice")
+    hub.add_user("hf_bob", "bob")
+    alice, bob = {"Authorization": "Bearer hf_alice"}, {"Authorization": "Bearer hf_bob"}
+    hub.grant("hf_alice", "org/private")
+    hub.grant("hf_alice", "org/gated")
+
+    def answer(path, headers):
+        r = head(hub, path, headers=headers)
+        return r.status_code, r.headers.get("X-Error-Code")
+    for who in (alice, GOOD):
+        for repo in ("org/private", "org/gated"):
+            assert url_path(hub, "/%s/resolve/main/config.json" % repo, headers=who).content == CONFIG
+    assert answer("/org/private/resolve/main/config.json", bob) == (404, "RepoNotFound")
+    assert answer("/org/gated/resolve/main/config.json", bob) == (403, "GatedRepo")
+    assert answer("/api/models/org/private", bob) == (404, "RepoNotFound")
+    assert url_path(hub, "/api/whoami-v2", headers=bob).json()["name"] == "bob"
+    hub.revoke("hf_alice", "org/gated")
+    assert answer("/org/gated/resolve/main/config.json", alice) == (403, "GatedRepo")
+    assert url_path(hub, "/org/private/resolve/main/config.json", headers=alice).content == CONFIG
+    assert answer("/org/gated/resolve/main/config.json", {"Authorization": "Bearer hf_mallory"}) == (401, None)
+
+
 def test_renamed_repo_answers_relative_307_keeping_the_query(hub):
     hub.add_repo("old-name", files={"config.json": CONFIG})
     hub.rename_repo("old-name", "org/new-name")
