@@ -809,8 +809,13 @@ class Upstream:
         if self.offline:
             return self._unavailable(job, None)
         self.c[M.PASSTHROUGH] += 1
+        left = self.rate.left()
+        if left:
+            return self._rate_limited(job, left)
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
         resp = self._request(job.method, url)
+        if resp.status_code == 429:
+            self._limited_by(resp.headers)
         body = self._read_limited(resp, MAX_API_BODY) if job.method != "HEAD" else b""
         if job.method == "HEAD":
             resp.close()
