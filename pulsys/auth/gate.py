@@ -4,7 +4,7 @@ already given per Authorization header value.
     table     {key id: (sha256 digest, scope, repo patterns or None)}  replaced whole by
               load() when keys change (patterns compiled by auth/repos.py)
     verdicts  {Authorization header value: scope} of keys that read every repo, filled
-              by scope() on first use, replaced by an empty dict on every load(), so a
+              by check() on first use, replaced by an empty dict on every load(), so a
               revoked key stops working at the next request after the new table arrives
     limited   {Authorization header value: (scope, patterns)} the same for keys limited
               to some repos: never in `verdicts`, so every request of theirs takes the
@@ -12,7 +12,7 @@ already given per Authorization header value.
               fused hit never serves it
 
 A reactor asks `header in gate.verdicts` first (one dict lookup on the warm path; the
-whole check adds 0.05-0.12 us to a warm hit, ADR 0009) and calls scope() only for a header it has not accepted before: parse, one table
+whole check adds 0.05-0.12 us to a warm hit, ADR 0009) and calls check() only for a header it has not accepted before: parse, one table
 lookup and one sha256, on the reactor thread, no I/O. Rejections are not remembered,
 so random tokens cannot grow memory. Who loads the table, and how fast a revocation
 reaches every process: docs/decisions/0009.
@@ -54,6 +54,15 @@ def _table(table):
     return {k: (v[0], v[1], v[2] if len(v) > 2 else None) for k, v in (table or {}).items()}
 
 
+def _remember(answers, header, value):
+    """answers[header] = value, within MAX_VERDICTS (rejections are never remembered, so
+    only keys that exist can fill it). -> value"""
+    if len(answers) >= MAX_VERDICTS:
+        answers.clear()
+    answers[header] = value
+    return value
+
+
 class Gate:
     def __init__(self, table=None):
         self.table = _table(table)
@@ -68,9 +77,6 @@ class Gate:
 
     def scope(self, header):
         """'read' or 'admin' for an accepted Authorization header value, else None."""
-        s = self.verdicts.get(header)
-        if s is not None:
-            return s
         found = self.check(header)
         return found[0] if found is not None else None
 
@@ -90,15 +96,8 @@ class Gate:
         if row is None or not matches(key, row[0]):
             return None
         if row[2] is not None:
-            limited = self.limited
-            if len(limited) >= MAX_VERDICTS:
-                limited.clear()
-            found = limited[header] = (row[1], row[2])
-            return found
-        verdicts = self.verdicts
-        if len(verdicts) >= MAX_VERDICTS:
-            verdicts.clear()
-        verdicts[header] = row[1]
+            return _remember(self.limited, header, (row[1], row[2]))
+        _remember(self.verdicts, header, row[1])
         return row[1], None
 
     @staticmethod

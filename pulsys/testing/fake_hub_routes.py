@@ -83,10 +83,13 @@ class HubHandler(FakeHandler):
             return USER
         return INVALID
 
+    def bearer(self):
+        """The token after the Authorization header's scheme ("" when none)."""
+        return (self.headers.get("Authorization") or "").partition(" ")[2].strip()
+
     def granted(self, repo):
         """The request's bearer is a user that was granted this repo (FakeHub.grant)."""
-        header = self.headers.get("Authorization") or ""
-        u = self.hub.user(header.partition(" ")[2].strip())
+        u = self.hub.user(self.bearer())
         return u is not None and (repo.type, repo.id) in u[1]
 
     def error(self, status, code, message, extra=()):
@@ -270,7 +273,7 @@ class HubHandler(FakeHandler):
         elif auth is INVALID:
             self.error(401, None, "Invalid credentials in Authorization header")
         else:
-            u = self.hub.user((self.headers.get("Authorization") or "").partition(" ")[2].strip())
+            u = self.hub.user(self.bearer())
             self.send_json(200, {"type": "user", "id": "0" * 24, "name": u[0] if u else "fake-user",
                                  "fullname": "Fake User",
                                  "orgs": [], "auth": {"type": "access_token",
