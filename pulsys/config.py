@@ -237,7 +237,16 @@ SETTINGS = (
             "where blobs and metadata are stored (default: $XDG_CACHE_HOME/pulsys or ~/.cache/pulsys)",
             metavar="DIR"),
     Setting("hf_token", "--hf-token", str, "",
-            "pulsys's own token for upstream; client credentials are never forwarded", metavar="TOKEN"),
+            "pulsys's own token for upstream: every request with --upstream-auth service; pre-warm "
+            "jobs and the shared tier with client", metavar="TOKEN"),
+    Setting("upstream_auth", "--upstream-auth", _choice("--upstream-auth", ("service", "client")),
+            "service", "who the Hub sees: service (pulsys's --hf-token for everyone; client "
+            "credentials are never forwarded) or client (each client's own token, what HF_TOKEN "
+            "sends: the Hub decides per client who reads gated and private repos; needs --auth off)",
+            choices=("service", "client")),
+    Setting("access_ttl", "--access-ttl", _positive_float("--access-ttl"), "60",
+            "with --upstream-auth client: seconds the Hub's answer whether a token may read a repo "
+            "is remembered (yes and no alike); a revoked access stops within it", metavar="SECONDS"),
     Setting("allow_upstream_host", "--allow-upstream-host", _allow_hosts, (),
             "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated "
             "in env); an IP address here also allows connecting to that private or loopback address",
@@ -334,6 +343,8 @@ class Config:
     upstream: str = "https://huggingface.co"
     cache_dir: str = ""
     hf_token: str = ""
+    upstream_auth: str = "service"
+    access_ttl: float = 60.0
     allow_upstream_host: tuple = ()
     public_base_url: str = ""
     admin_listen: tuple = ("127.0.0.1", 8081)
@@ -402,6 +413,11 @@ def build_config(values, environ):
             continue
         out[s.name] = s.parse(raw)
     out["db"] = db_url(out["db"], out["cache_dir"])
+    if out["upstream_auth"] == "client" and out["auth"] != "off":
+        # one Authorization header cannot carry both a pulsys key and the client's Hub
+        # token (ADR 0016): in client mode the Hub is the authority
+        raise ConfigError("--upstream-auth client needs --auth off: clients send their own Hub "
+                          "token in HF_TOKEN, and the Hub decides what each may read")
     return Config(**out)
 
 

@@ -115,6 +115,7 @@ class JobFrame(NamedTuple):
     host: Any
     body: Any
     content_type: Any
+    auth: Any           # Job.auth: the client's Authorization with --upstream-auth client
     op = Op.JOB
 
 
@@ -132,11 +133,13 @@ class FillSnapshot(NamedTuple):
 
 
 class ReplyFrame(NamedTuple):
-    """parent -> worker: the answer to JobFrame `job_id`; `fill` a FillSnapshot or None."""
+    """parent -> worker: the answer to JobFrame `job_id`; `fill` a FillSnapshot or None;
+    `grant` Reply.grant."""
     job_id: int
     entry: Any
     outcome: Any
     fill: Any
+    grant: Any
     op = Op.REPLY
 
 
@@ -199,7 +202,7 @@ def frame(msg):
     if kind not in _FRAME_TYPES:
         raise TypeError("not an IPC frame: %r" % (kind,))
     if kind is ReplyFrame and msg.fill is not None:
-        return (int(Op.REPLY), msg.job_id, msg.entry, msg.outcome, tuple(msg.fill))
+        return (int(Op.REPLY), msg.job_id, msg.entry, msg.outcome, tuple(msg.fill), msg.grant)
     return (int(msg.op), *msg)
 
 
@@ -411,7 +414,7 @@ class _Relay:
             snap = FillSnapshot(self.token, f.blob_id, f.size, f.part_path, spans, busy, state,
                                 f.entry if state == DONE else None,
                                 _error_text(f) if state == FAILED else None)
-            link.send(ReplyFrame(job_id, r.entry, r.outcome, snap))
+            link.send(ReplyFrame(job_id, r.entry, r.outcome, snap, r.grant))
 
     def on_change(self, f):
         """Fill listener (fill thread). Never raises into the fill."""
@@ -445,7 +448,7 @@ class FillRelays:
     def reply(self, link, job_id, r):
         f = r.fill
         if f is None:
-            link.send(ReplyFrame(job_id, r.entry, r.outcome, None))
+            link.send(ReplyFrame(job_id, r.entry, r.outcome, None, r.grant))
             return
         with self._lock:
             relay = self._relays.get(f)
@@ -494,7 +497,7 @@ def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=No
     on_served(items) and on_downloads(items). Returns at EOF."""
     def job(m):
         submit(Job(m.target, m.method, m.host, m.body, m.content_type,
-                   RemoteReply(relays, link, m.job_id)))
+                   RemoteReply(relays, link, m.job_id), m.auth))
 
     handlers = {
         Op.JOB: job,
@@ -547,7 +550,7 @@ class ParentClient:
         job_id = next(self._ids)
         self.pending[job_id] = job.reply
         self._out.put(encode(JobFrame(job_id, job.target, job.method, job.host, job.body,
-                                      job.content_type)))
+                                      job.content_type, job.auth)))
 
     def send(self, msg):
         """Queue the frame object `msg` (ReadyFrame, ServedFrame, ...) for the writer."""
@@ -587,7 +590,7 @@ class ParentClient:
         snap = m.fill
         if snap is None:
             if reply is not None:
-                reply(Reply(m.entry, None, m.outcome))
+                reply(Reply(m.entry, None, m.outcome, m.grant))
             return
         token = snap.token
         f = self.proxies.get(token)
@@ -602,7 +605,7 @@ class ParentClient:
                 self.proxies[token] = f
         self._advance(token, f, snap.spans, snap.busy, snap.state, snap.entry, snap.error)
         if reply is not None:
-            reply(Reply(m.entry, f, m.outcome))
+            reply(Reply(m.entry, f, m.outcome, m.grant))
 
     def _on_drop_fds(self, m):
         if self.on_drop is not None:

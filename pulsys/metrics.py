@@ -34,6 +34,9 @@ NAMES = (
     "upstream_rate_limited", "rate_limited_answers",
     # requests of keys limited to some repos, for another repo (auth/repos.py)
     "repo_refusals",
+    # --upstream-auth client (auth/access.py): cached files a reactor did not serve without
+    # the Hub's fresh verdict; verdicts the Hub was asked for; clients refused as it refused
+    "access_checks", "access_asked", "access_refusals",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -87,6 +90,9 @@ MISSING_FROM_FILE_LIST = 44
 UPSTREAM_RATE_LIMITED = 45
 RATE_LIMITED_ANSWERS = 46
 REPO_REFUSALS = 47
+ACCESS_CHECKS = 48
+ACCESS_ASKED = 49
+ACCESS_REFUSALS = 50
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

@@ -1,6 +1,7 @@
 """Reactor backends. select_backend() is the only place that chooses one, and
 build_reactor() the only place that makes one (in-process server and worker alike)."""
 
+from pulsys.auth.access import Grants
 from pulsys.errors import BackendUnavailable
 from pulsys.log import AccessLog
 from pulsys.reactor.fdcache import FdCache
@@ -34,8 +35,10 @@ def build_reactor(backend, listener, index, submit, sender, config, gate=None, m
     """A reactor of `backend` on `listener` with its own mailbox, fd cache and, when the
     access log is on, its own AccessLog buffer (reactor.access; a writer drains it).
     index: its IndexView; submit: where its Jobs go (the pool's submit, or a worker's
-    link to its parent); gate: the API-key Gate, or None for --auth off; mailbox and
+    link to its parent); gate: the API-key Gate, or None for --auth off; with
+    --upstream-auth client, its Grants (auth/access.py); mailbox and
     fdcache: made here unless the caller made them first (a worker's link posts to them)."""
     access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
+    grants = Grants() if config.upstream_auth == "client" else None
     return backend_class(backend)(listener, index, submit, mailbox or Mailbox(), sender, fdcache or FdCache(),
-                                  access, gate=gate, **config.reactor_limits())
+                                  access, gate=gate, grants=grants, **config.reactor_limits())

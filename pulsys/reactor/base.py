@@ -68,9 +68,10 @@ class ReactorBase:
 
     def __init__(self, listener, index, submit, mailbox, sender, fdcache, access_log=None,
                  idle_timeout=75.0, header_timeout=30.0, send_timeout=60.0, max_connections=10000,
-                 max_per_ip=0, gate=None):
+                 max_per_ip=0, gate=None, grants=None):
         self.listener = listener
         self.gate = gate          # auth.gate.Gate when API keys are required, else None
+        self.grants = grants      # auth.access.Grants with --upstream-auth client, else None
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
         self.accept_paused = False
@@ -91,7 +92,7 @@ class ReactorBase:
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
         self.conns = {}
-        self.step = HttpStep(index, gate, self.counters)
+        self.step = HttpStep(index, gate, self.counters, grants)
         self.served = {}   # blob id -> monotonic time of its last warm hit (cache/recency.py)
         self.downloads = {}   # cache key -> GETs answered and bytes, packed (cache/downloads.py)
         self.now = time.monotonic()
@@ -181,7 +182,8 @@ class ReactorBase:
 
         def reply(r):
             post(on_reply, (conn, gen, r))
-        self.submit(Job(t, head.method, head.host, body, head.content_type, reply))
+        self.submit(Job(t, head.method, head.host, body, head.content_type, reply,
+                        None if self.grants is None else head.authorization or ""))
 
     def serve_hit(self, conn, entry, plan, dkey, dcount):
         """Send a warm hit planned in `plan` through the state machine. -> False (nothing
@@ -209,6 +211,8 @@ class ReactorBase:
         conn, gen, r = arg
         if conn.gen != gen or conn.state != WAIT_JOB:
             return
+        if r.grant is not None and self.grants is not None:
+            self.grants.learn(conn.head.authorization, r.grant)    # the head this job was for
         try:
             self._answer(conn, r)
         except Exception:
@@ -303,7 +307,8 @@ class ReactorBase:
 
         def reply(r):
             post(on_rejoin, (conn, gen, r, blob_id))
-        self.submit(Job(route(head), "GET", head.host, b"", None, reply))
+        self.submit(Job(route(head), "GET", head.host, b"", None, reply,
+                        None if self.grants is None else head.authorization or ""))
         return WAITING
 
     def _on_rejoin(self, arg):

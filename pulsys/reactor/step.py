@@ -53,9 +53,10 @@ _LOCAL = {
 class HttpStep:
     """One per reactor (its memos are not shared between threads)."""
 
-    def __init__(self, index, gate, counters):
+    def __init__(self, index, gate, counters, grants=None):
         self.index = index
         self.gate = gate          # auth.gate.Gate when API keys are required, else None
+        self.grants = grants      # auth.access.Grants with --upstream-auth client, else None
         self.counters = counters
         self.heads = {}           # exact head bytes -> (RequestHead, Target), GET/HEAD without body
         self.answers = {}         # exact head bytes -> warm.Answer (the io_uring fused hit)
@@ -139,8 +140,14 @@ class HttpStep:
         if kind == T.RESOLVE:
             e = self.index.lookup(t, conn.t0)
             if e is not None and plan_warm(head, e, conn.plan):
-                self.entry = e
-                return HIT
+                grants = self.grants
+                if grants is None or grants.until(head.authorization, t.rtype, t.repo, conn.t0):
+                    self.entry = e
+                    return HIT
+                # --upstream-auth client: cached, but the Hub has not said (lately) that
+                # this client may read the repo; the upstream plane asks it (auth/access.py)
+                c[M.ACCESS_CHECKS] += 1
+                return MISS
             c[M.CACHE_MISSES] += 1
             return MISS
         if kind == T.REJECT:
@@ -174,9 +181,16 @@ class HttpStep:
         if t.kind != T.RESOLVE:
             a = Answer(gen, FOREVER)
         else:
+            grants = self.grants
+            if grants is not None:
+                allowed = grants.until(head.authorization, t.rtype, t.repo, now)
+                if not allowed:
+                    return None   # the general step sends it to the Hub for a verdict
             e, until = index.lookup_until(t, now, body=True)
             if e is None:
                 return None   # a miss: not remembered, the fill publishes a new gen anyway
+            if grants is not None and allowed < until:
+                until = allowed   # remembered no longer than the Hub's yes
             a = remember_answer(head, e, gen, until)
             if a.dkey is not None:
                 a.dcount += ONE

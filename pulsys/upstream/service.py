@@ -35,6 +35,7 @@ from pulsys.upstream import negative as NEG
 from pulsys.upstream.guard import host_allowed
 from pulsys.upstream.fill import Budget, Committer, Fetchers, FillRun, Origin
 from pulsys.upstream.flights import Flights
+from pulsys.upstream.client_access import ANSWERED, ClientAccess
 from pulsys.upstream.ratelimit import RateLimit, retry_after
 
 MAX_API_BODY = 256 << 20
@@ -89,6 +90,9 @@ class Upstream:
         self.inflight = inflight
         self.flights = Flights()
         self.rate = RateLimit(clock, wall)    # after a 429: until when the Hub is not asked
+        # --upstream-auth client: the Hub decides per client (upstream/client_access.py)
+        self.access = (ClientAccess(config.access_ttl, clock, wall, counters, get_logger("access"))
+                       if config.upstream_auth == "client" else None)
         self._leading = threading.local()   # the flight this pool thread leads, if any
         self.c = counters
         self.clock = clock
@@ -128,10 +132,17 @@ class Upstream:
         self.c[M.UPSTREAM_REFUSED] += 1
         return False
 
-    def _request(self, method, url, data=None, content_type=None, extra=None):
+    def _request(self, method, url, data=None, content_type=None, extra=None, auth=None):
+        """One request, no redirects followed. To the Hub's own host it carries `auth` (a
+        client's Authorization with --upstream-auth client; "" for none) or, when auth is
+        None, pulsys's --hf-token; never to another host (hf-protocol.md §7.5)."""
         headers = dict(extra) if extra else {}
-        if self.token and urllib.parse.urlsplit(url).netloc.lower() == self.netloc:
-            headers["Authorization"] = "Bearer " + self.token
+        if urllib.parse.urlsplit(url).netloc.lower() == self.netloc:
+            if auth is None:
+                if self.token:
+                    headers["Authorization"] = "Bearer " + self.token
+            elif auth:
+                headers["Authorization"] = auth
         if content_type:
             headers["Content-Type"] = content_type
         self.c[M.UPSTREAM_REQUESTS] += 1
@@ -140,6 +151,21 @@ class Upstream:
 
     def ranged_request(self, method, url, headers):
         return self._request(method, url, extra=headers)
+
+    def _origin_for(self, job):
+        """The Origin a fill started by `job` fetches with: the client's own token with
+        --upstream-auth client (a regular file's body comes from the Hub's host)."""
+        if job.auth is None or self.access is None:
+            return self.origin
+        auth = job.auth
+        return Origin(lambda method, url, headers: self._request(method, url, extra=headers, auth=auth),
+                      self._host_allowed)
+
+    def _rate(self, job):
+        """The RateLimit of the identity `job` asks the Hub as."""
+        if job.auth is None or self.access is None:
+            return self.rate
+        return self.access.rate(job.auth)
 
     def _expires(self, immutable):
         return 0.0 if immutable else self.clock() + self.ttl
@@ -213,7 +239,7 @@ class Upstream:
             if r is not None:
                 self.c[M.STALE_SERVED] += 1
                 return job.reply(r)
-            missing = self._missing_from_list(t, stale=True)
+            missing = self._missing_from_list(t, stale=True) if _may_use_cache(job, True) else None
             if missing is not None:
                 return job.reply(Reply(missing, None, "file-list"))
         if why is None:
@@ -222,10 +248,11 @@ class Upstream:
         self.c[M.UPSTREAM_ERRORS] += 1
         return job.reply(Reply(NEG.upstream_down(self.netloc, why), None, "error"))
 
-    def _limited_by(self, headers):
-        """Upstream answered 429: ask it nothing more for metadata until the time it named."""
+    def _limited_by(self, job, headers):
+        """Upstream answered 429: ask it nothing more for metadata (as this identity) until
+        the time it named."""
         self.c[M.UPSTREAM_RATE_LIMITED] += 1
-        wait = self.rate.note(headers)
+        wait = self._rate(job).note(headers)
         self.log.warning("the Hub rate-limits this cache; not asking it again for a while",
                          seconds=round(wait, 1))
 
@@ -243,7 +270,10 @@ class Upstream:
     def _stale_reply(self, job):
         """A Reply from a cached copy of a /resolve target, however old, that can answer
         `job`; None when there is none (a HEAD's 4xx has no body for a GET; a file's
-        metadata without its blob has none either, unless a fill is running)."""
+        metadata without its blob has none either, unless a fill is running; a client the
+        Hub has not said yes to, with --upstream-auth client)."""
+        if not _may_use_cache(job, True):
+            return None
         e = self.index.lookup_stale(job.target)
         if e is None:
             return None
@@ -277,6 +307,8 @@ class Upstream:
     def handle(self, job):
         kind = job.target.kind
         try:
+            if self.access is not None and job.auth is not None and self.access.begin(job) is ANSWERED:
+                return
             if kind == T.RESOLVE:
                 self._resolve_once(job)
             elif kind in (T.API_INFO, T.API_TREE, T.API_PATHS_INFO):
@@ -313,7 +345,8 @@ class Upstream:
 
     def _resolve(self, job):
         t = job.target
-        e = self.index.lookup(t, self.clock())
+        cache = _may_use_cache(job)
+        e = self.index.lookup(t, self.clock()) if cache else None
         if e is not None and e.blob_path is not None and not self.store.has_blob(e.blob_id, e.size):
             e = self._blob_gone(e)
         if e is not None and (job.method == "HEAD" or e.blob_path or e.kind == CANNED and not e.head_only):
@@ -324,34 +357,35 @@ class Upstream:
             fill = self.inflight.get(e.blob_id)
             if fill is not None:   # fresh metadata and a running fill: no need to ask upstream
                 return job.reply(Reply(e, fill, "fill-join"))
-        if e is None or e.kind == CANNED:    # nothing fresh, or a HEAD's 4xx and this is a GET
+        if cache and (e is None or e.kind == CANNED):  # nothing fresh, or a HEAD's 4xx and this is a GET
             missing = self._missing_from_list(t, stale=False)
             if missing is not None:
                 return job.reply(Reply(missing, None, "file-list"))
-        if self.shared is not None and self._answer_from_bucket(job, t, e):
+        if cache and self.shared is not None and self._answer_from_bucket(job, t, e):
             return None      # the fleet's bucket had it: metadata, blob, or both
         if self.offline:
             return self._unavailable(job, None)
-        left = self.rate.left()
+        left = self._rate(job).left()
         if left:
             return self._rate_limited(job, left)
         url = self.base + t.upstream_path
         if t.query and t.upstream_path.startswith("/api/resolve-cache/"):
             url += "?" + t.query
         try:
-            resp = self._request(self._method_for(job, t), url)
+            resp = self._request(self._method_for(job, t), url, auth=job.auth)
         except requests.RequestException as exc:
             return self._unavailable(job, type(exc).__name__)
         st, h = resp.status_code, resp.headers
         if job.method == "GET" and resp.request.method == "HEAD" and not self._known_blob(st, h):
             resp.close()           # the content changed: its body is needed after all
             try:
-                resp = self._request("GET", url)
+                resp = self._request("GET", url, auth=job.auth)
             except requests.RequestException as exc:
                 return self._unavailable(job, type(exc).__name__)
             st, h = resp.status_code, resp.headers
         if st == 429:
-            self._limited_by(h)
+            self._limited_by(job, h)
+        said = self.access.heard(job, st, h) if job.ask is not None else None
         commit = h.get("X-Repo-Commit", "")
         if T.is_commit(commit):
             self._set_rev(t.rtype, t.repo, t.rev, commit)
@@ -394,6 +428,9 @@ class Upstream:
             # with the Hub's whole answer. Making up a body instead would put words in the
             # Hub's mouth (its error bodies are not derived from the headers by contract).
             entry.head_only = job.method == "HEAD"
+            if said is False:          # this token's refusal, not the repo's: never published
+                self.access.refused(job, entry)
+                return job.reply(Reply(entry, None, "refused"))
             self._publish(entry)
         return job.reply(Reply(entry, None, "passthrough"))
 
@@ -492,8 +529,8 @@ class Upstream:
             if resp is not None:
                 resp.close()
             return self._fill_from_bucket(job, entry, fill)
-        renew = functools.partial(self.renew_body_url, resolve_url, entry) if resolve_url else None
-        self._run_fill(job, entry, fill, resp, body_url, renew)
+        renew = functools.partial(self.renew_body_url, resolve_url, entry, job.auth) if resolve_url else None
+        self._run_fill(job, entry, fill, resp, body_url, renew, origin=self._origin_for(job))
 
     # -- the fleet's bucket (--shared-store; upstream/shared_tier.py) ---------------------
 
@@ -675,10 +712,10 @@ class Upstream:
             return
         run.run()
 
-    def renew_body_url(self, resolve_url, entry):
+    def renew_body_url(self, resolve_url, entry, auth=None):
         """A new signed CDN URL for `entry`'s blob, from the Hub's redirect (the old URL
-        expired). The redirect must still be for the same blob."""
-        resp = self._request("HEAD", resolve_url)
+        expired), asked as `auth` (_request). The redirect must still be for the same blob."""
+        resp = self._request("HEAD", resolve_url, auth=auth)
         resp.close()
         h = resp.headers
         etag = UH.bare_etag(h.get("X-Linked-Etag") or h.get("ETag") or "")
@@ -734,17 +771,20 @@ class Upstream:
         key = self._api_key(job)
         cached = self.index.get(key)
         now = self.clock()
-        if cached is not None and (cached.expires == 0 or cached.expires > now):
-            return self._serve_api(job, cached, "hit")
-        if self.shared is not None:
-            found = self._from_bucket(key, False)
-            if found is not None:
-                return self._serve_api(job, found, "shared")
+        if _may_use_cache(job):
+            if cached is not None and (cached.expires == 0 or cached.expires > now):
+                return self._serve_api(job, cached, "hit")
+            if self.shared is not None:
+                found = self._from_bucket(key, False)
+                if found is not None:
+                    return self._serve_api(job, found, "shared")
+        elif not _may_use_cache(job, True):
+            cached = None          # the Hub must say yes first: not even a stale copy
         if self.offline:
             if cached is not None:
                 return self._serve_api(job, cached, "stale")
             return self._unavailable(job, None)
-        left = self.rate.left()
+        left = self._rate(job).left()
         if left:
             if cached is not None:
                 self.c[M.STALE_SERVED] += 1
@@ -753,12 +793,13 @@ class Upstream:
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
         try:
             if t.kind == T.API_PATHS_INFO:
-                resp = self._request("POST", url, data=job.body, content_type=job.content_type)
+                resp = self._request("POST", url, data=job.body, content_type=job.content_type,
+                                     auth=job.auth)
             else:
-                resp = self._request("GET", url)
+                resp = self._request("GET", url, auth=job.auth)
             st = resp.status_code
             if st == 429:
-                self._limited_by(resp.headers)
+                self._limited_by(job, resp.headers)
             body = self._read_limited(resp, MAX_API_BODY)
         except (requests.RequestException, UpstreamError) as exc:
             if cached is not None:
@@ -770,12 +811,16 @@ class Upstream:
             return self._serve_api(job, cached, "stale")
         if st >= 500:
             return self._unavailable(job, "it answered %d" % st)
+        said = self.access.heard(job, st, resp.headers) if job.ask is not None else None
         if 200 <= st < 300:
             body = UH.strip_xet_json(body)
             if t.kind == T.API_INFO:
                 self._learn_sha(t, body)
         entry = Entry(CANNED, key, status=st, headers=UH.client_headers(resp.headers, self.base),
                       body=body, expires=self._expires(T.is_commit(t.rev)))
+        if said is False and st != 429:      # this token's refusal: never published
+            self.access.refused(job, entry)
+            return self._serve_api(job, entry, "refused")
         if st < 500 and st != 429:
             self._publish(entry)
             if st == 200:
@@ -798,9 +843,12 @@ class Upstream:
     def _learn_sha(self, t, body):
         import json
         try:
-            sha = json.loads(body).get("sha", "")
+            info = json.loads(body)
+            sha = info.get("sha", "")
         except (ValueError, AttributeError):
             return
+        if self.access is not None:
+            self.access.learn_public(t, info)
         if isinstance(sha, str) and T.is_commit(sha):
             self._set_rev(t.rtype, t.repo, t.rev or "main", sha)
 
@@ -809,13 +857,13 @@ class Upstream:
         if self.offline:
             return self._unavailable(job, None)
         self.c[M.PASSTHROUGH] += 1
-        left = self.rate.left()
+        left = self._rate(job).left()
         if left:
             return self._rate_limited(job, left)
         url = self.base + t.upstream_path + ("?" + t.query if t.query else "")
-        resp = self._request(job.method, url)
+        resp = self._request(job.method, url, auth=job.auth)
         if resp.status_code == 429:
-            self._limited_by(resp.headers)
+            self._limited_by(job, resp.headers)
         body = self._read_limited(resp, MAX_API_BODY) if job.method != "HEAD" else b""
         if job.method == "HEAD":
             resp.close()
@@ -824,6 +872,15 @@ class Upstream:
         headers = UH.client_headers(resp.headers, self.base, self._link_base(job))
         entry = Entry(CANNED, "", status=resp.status_code, headers=headers, body=body)
         return job.reply(Reply(entry, None, "passthrough"))
+
+
+def _may_use_cache(job, stale=False):
+    """May `job` be answered from the cache without asking the Hub first? Always, but
+    with --upstream-auth client for a client the Hub has not said yes to lately
+    (client_access.py); `stale`: a copy while the Hub cannot be asked, which an expired
+    yes allows too."""
+    ask = job.ask
+    return ask is None or not ask.decide or (stale and ask.stale_ok)
 
 
 def _spawn_thread(fn):

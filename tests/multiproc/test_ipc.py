@@ -44,9 +44,10 @@ SAMPLES = {
     ipc.Op.HELLO: ipc.HelloFrame(3, {"cache_dir": "/c"}, {"kernel": (6, 1)}),
     ipc.Op.KEYS: ipc.KeysFrame({"k1": ("d" * 64, "read")}),
     ipc.Op.READY: ipc.ReadyFrame(1234, "epoll", "sendfile", 17),
-    ipc.Op.JOB: ipc.JobFrame(5, target(), "POST", "hub.local", b"{}", "application/json"),
+    ipc.Op.JOB: ipc.JobFrame(5, target(), "POST", "hub.local", b"{}", "application/json", "Bearer hf_x"),
     ipc.Op.REPLY: ipc.ReplyFrame(5, None, "fill", ipc.FillSnapshot(
-        7, "sha256/aa", 10, "/p.part", ((0, 4),), ((4, 6),), RUNNING, None, None)),
+        7, "sha256/aa", 10, "/p.part", ((0, 4),), ((4, 6),), RUNNING, None, None),
+        (False, "model", "o/r", 12.5)),
     ipc.Op.PROGRESS: ipc.ProgressFrame(7, ((0, 10),), (), FAILED, None, "bad hash"),
     ipc.Op.DEMAND: ipc.DemandFrame(7, 8),
     ipc.Op.SERVED: ipc.ServedFrame([("sha256/aa", 12.5)]),
@@ -77,8 +78,8 @@ def test_every_op_has_exactly_one_frame_type_and_round_trips_through_a_link():
         assert parent.send(msg)
         got = worker.recv()
         assert type(got) is kind and comparable(got) == comparable(msg)
-    parent.send(ipc.ReplyFrame(6, None, "miss", None))
-    assert worker.recv() == ipc.ReplyFrame(6, None, "miss", None)
+    parent.send(ipc.ReplyFrame(6, None, "miss", None, None))
+    assert worker.recv() == ipc.ReplyFrame(6, None, "miss", None, None)
     assert type(SAMPLES[ipc.Op.REPLY].fill) is ipc.FillSnapshot
     parent.close()
     assert worker.recv() is None
@@ -108,10 +109,10 @@ def test_frames_carry_entries_without_their_rendered_heads():
     reader = threading.Thread(target=lambda: msgs.extend(worker.recv() for _ in range(4)))
     reader.start()
     parent.send(ipc.ReplyFrame(1, e, "fill", ipc.FillSnapshot(
-        7, e.blob_id, 10, "/p.part", ((0, 10),), (), DONE, e, None)))
-    parent.send(ipc.ReplyFrame(2, e, "hit", None))
+        7, e.blob_id, 10, "/p.part", ((0, 10),), (), DONE, e, None), None))
+    parent.send(ipc.ReplyFrame(2, e, "hit", None, None))
     parent.send(ipc.ProgressFrame(7, ((0, 10),), (), DONE, e, None))
-    parent.send(ipc.JobFrame(1, target(), "GET", "h", big, None))
+    parent.send(ipc.JobFrame(1, target(), "GET", "h", big, None, None))
     reader.join(5)
     assert e.heads is not None                  # the sender's entry is left as it was
     reply, plain, progress, job = msgs
@@ -214,7 +215,7 @@ def test_serve_worker_ignores_unknown_opcodes_and_handles_the_next_frame():
         worker.send_frame(raw_frame((99,)))
         worker.send(ipc.ReadyFrame(42, "epoll", "sendfile", 3))
         worker.send(ipc.KeysFrame(None))             # a parent -> worker frame: no handler here
-        worker.send(ipc.JobFrame(1, target(), "GET", "h", b"", None))
+        worker.send(ipc.JobFrame(1, target(), "GET", "h", b"", None, None))
         worker.send(ipc.ServedFrame([("sha256/aa", 1.0)]))
         worker.send(ipc.DownloadsFrame([("model/o/r", 2)]))
         worker.close()
@@ -261,7 +262,7 @@ def test_a_worker_ignores_unknown_opcodes_and_handles_the_next_frame():
         got = submit(client, replies)
         job = parent.recv()
         assert type(job) is ipc.JobFrame and job.target.repo == "o/r"
-        parent.send(ipc.ReplyFrame(job.job_id, file_entry(), "hit", None))
+        parent.send(ipc.ReplyFrame(job.job_id, file_entry(), "hit", None, None))
         assert got.wait(5)
     assert not eof.is_set() and client.reader.is_alive()
     assert keys == [{"k": ("d", "read")}] and dropped == [["/b1", "/b2"]]
@@ -282,7 +283,7 @@ def test_a_worker_streams_from_a_local_fill_fed_by_progress_frames(tmp_path):
     part = str(tmp_path / "x.part")
     parent.send(ipc.ReplyFrame(job.job_id, file_entry(), "fill",
                                ipc.FillSnapshot(7, "b", 10, part, ((0, 4),), ((4, 6),), RUNNING,
-                                                None, None)))
+                                                None, None), None))
     assert got.wait(5)
     f = replies[0].fill
     assert (f.part_path, f.readable(0), f.state) == (part, 4, RUNNING)
@@ -314,7 +315,7 @@ def test_a_reply_for_a_fill_that_already_ended_carries_its_final_state(tmp_path)
     job = parent.recv()
     parent.send(ipc.ReplyFrame(job.job_id, file_entry(), "fill-join",
                                ipc.FillSnapshot(9, "b", 10, str(tmp_path / "gone.part"), ((0, 9),),
-                                                (), FAILED, None, "bad hash")))
+                                                (), FAILED, None, "bad hash"), None))
     assert got.wait(5) and replies[0].fill.state == FAILED and replies[0].fill.error == "bad hash"
     assert replies[0].fill.readable(0) == 0 and client.proxies == {}
     parent.close()

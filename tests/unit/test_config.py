@@ -41,6 +41,7 @@ def test_flags_override_env():
     {"log_format": "xml"}, {"auth": "maybe"}, {"listeners": "0"}, {"db": "mysql://u@h/x"},
     {"db": "postgres:nohost"}, {"db": "sqlite:"},
     {"allow_upstream_host": ["http://x/y"]}, {"offline": "perhaps"},
+    {"upstream_auth": "user"}, {"upstream_auth": "client", "auth": "off", "access_ttl": "-1"},
 ])
 def test_bad_values_raise_config_error(values):
     with pytest.raises(ConfigError):
@@ -49,7 +50,7 @@ def test_bad_values_raise_config_error(values):
 
 @pytest.mark.parametrize("args", [["--listen", "x"], ["--bogus"], ["--auth", "sometimes"],
                                   ["--db", "mysql://u:secret@h/x"],
-                                  ["--revision-ttl", "abc"]])
+                                  ["--revision-ttl", "abc"], ["--upstream-auth", "client"]])
 def test_cli_bad_input_is_one_line_and_exit_2(args):
     p = subprocess.run([sys.executable, "-m", "pulsys"] + args, capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
@@ -88,3 +89,11 @@ def test_connection_limits_and_timeouts_are_settings_with_env_vars():
 def test_bad_limits_raise_config_error(values):
     with pytest.raises(ConfigError):
         build_config(values, {})
+
+
+def test_upstream_auth_client_needs_auth_off():
+    c = build_config({"upstream_auth": "client", "auth": "off", "access_ttl": "5"}, {})
+    assert c.upstream_auth == "client" and c.access_ttl == 5.0
+    with pytest.raises(ConfigError, match="--upstream-auth client needs --auth off"):
+        build_config({"upstream_auth": "client"}, {})
+    assert build_config({}, {}).upstream_auth == "service"
