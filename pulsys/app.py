@@ -124,6 +124,7 @@ class _Base:
                 "uptime_seconds": round(time.time() - self.started, 3),
                 "index_entries": len(self.index), "index_revisions": self.index.rev_count(),
                 "negative_entries": len(self.service.negatives),
+                **self.service.access_stats(),
                 "fills_in_flight": self.inflight.count(), "startup_index_load": self.load_stats,
                 "node_id": self.node_id, **(self.shared.stats() if self.shared else {}),
                 **self.space.stats()}

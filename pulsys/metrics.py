@@ -146,6 +146,8 @@ GAUGES = (
     ("cache_max_bytes", "--cache-max-bytes (0 = unlimited)"),
     ("shared_uploads_pending", "blobs and metadata documents waiting for, or in, upload to --shared-store"),
     ("negative_entries", "negative answers (4xx) in the index, at most --max-negative-entries"),
+    ("access_verdicts", "--upstream-auth client: (token, repo) answers of the Hub remembered"),
+    ("rate_limited_identities", "identities (tokens, anonymous, the service token) the Hub rate-limits now"),
 )
 
 

@@ -116,6 +116,10 @@ class ClientAccess:
             return
         self.verdicts.allow(PUBLIC, t.rtype, t.repo, CONTENT if info.get("gated") is False else META)
 
+    def limited(self):
+        """How many identities the Hub rate-limits now."""
+        return sum(1 for r in list(self.rates.values()) if r.left() > 0)
+
     def rate(self, auth):
         """The RateLimit window of the identity that sends `auth`."""
         who = digest(auth)

@@ -113,6 +113,14 @@ class Upstream:
         self.fetchers = Fetchers(Budget(max(1, config.fill_threads // 2)),   # extra fetchers, all fills
                                  spawn or _spawn_thread)
 
+    def access_stats(self):
+        """Gauges of who the Hub decides for and limits (metrics.GAUGES)."""
+        access = self.access
+        limited = int(self.rate.left() > 0)
+        if access is None:
+            return {"rate_limited_identities": limited}
+        return {"access_verdicts": len(access.verdicts), "rate_limited_identities": limited + access.limited()}
+
     def learn_index(self):
         """Read the index once: complete file lists (the API documents: two prefix scans)
         and the negative entries (their own list in the index; oldest first by key

@@ -161,6 +161,9 @@ def test_each_identity_meets_its_own_rate_limit(world, make_server):
     r = get(bob, srv, "/api/models/org/public/tree/main")
     assert r.status_code == 200 and hub.count() == 1        # ... Bob does not
     assert get(session(), srv, "/org/public/resolve/main/config.json").content == CONFIG
+    v = srv.vars()
+    assert v["rate_limited_identities"] == 1 and v["upstream_rate_limited"] == 1
+    assert v["access_verdicts"] >= 2          # Bob's and anonymous' yes for org/public
 
 
 def test_while_the_hub_is_down_only_clients_it_said_yes_to_are_served(world, make_server):
