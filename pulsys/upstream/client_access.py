@@ -77,8 +77,8 @@ class ClientAccess:
             return ANSWERED
         if state == "yes":
             ask = Ask(who, need, False, True, x)
-        else:
-            ask = Ask(who, need, True, x, None)
+        else:      # "ask"; or a no learned from a HEAD, which has no body for this GET
+            ask = Ask(who, need, True, state == "ask" and x, None)
         job.ask = ask
         if need == CONTENT:
             job.reply = _WithGrant(job.reply, ask)

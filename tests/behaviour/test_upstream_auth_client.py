@@ -172,6 +172,8 @@ def test_while_the_hub_is_down_only_clients_it_said_yes_to_are_served(world, mak
     alice, bob = session(ALICE), session(BOB)
     assert get(alice, srv, "/org/gated/resolve/main/model.safetensors").content == WEIGHTS
     time.sleep(0.4)                              # Alice's yes has expired
+    # Bob's fresh no, from a HEAD: no body to replay to his GET, so the GET asks the Hub
+    assert get(bob, srv, "/org/gated/resolve/main/model.safetensors", "HEAD").status_code == 403
     hub.faults.status(503, times=1000)
     r = get(alice, srv, "/org/gated/resolve/main/model.safetensors")
     assert r.status_code == 200 and r.content == WEIGHTS          # served stale: the Hub's last word

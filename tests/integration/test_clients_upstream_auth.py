@@ -132,3 +132,19 @@ def test_a_revoked_access_stops_after_the_ttl(latest_venv, world, pulsys_server,
     time.sleep(1.2)
     out = download(latest_venv, srv, new_hf_home(), GATED, "model.safetensors", alice)
     assert out.get("sha256") == corpus.sha256(GATED, "model.safetensors"), out
+
+
+def test_service_mode_serves_what_its_own_token_reads_to_everyone(latest_venv, world, pulsys_server,
+                                                                   tmp_path_factory, new_hf_home):
+    """The other mode, side by side: with --upstream-auth service (the default) the Hub
+    sees only pulsys's --hf-token, so every client reads what that token reads (what an
+    organisation that accepted the terms once for everyone wants; docs/admin.md)."""
+    hub, corpus = world
+    org = user(hub, "orgtoken", GATED, PRIVATE)
+    srv = pulsys_server(hub, tmp_path_factory.mktemp("pulsys-service-auth"), "--hf-token", org)
+    hub.reset_counters()
+    for token in (None, user(hub, "nobodyservice")):
+        for repo in (GATED, PRIVATE):
+            out = download(latest_venv, srv, new_hf_home(), repo, "config.json", token)
+            assert out.get("sha256") == corpus.sha256(repo, "config.json"), out
+    assert {r.headers.get("authorization") for r in hub.requests if r.server == "hub"} == {"Bearer " + org}

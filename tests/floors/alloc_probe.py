@@ -1,0 +1,85 @@
+"""The allocation floor measured in a process of its own (run by test_floors.py): a
+FakeHub and an in-process pulsys Server with one listener, warmed up, then HITS warm
+hits from loadclient.py. Prints one JSON line: net allocated blocks per hit and the
+tracemalloc growth attributed to pulsys/.
+
+Why a process of its own: sys.getallocatedblocks() counts every thread of the process,
+and a pytest process that has run hundreds of tests still has their daemon threads
+(finishing fills, log writers, hubs being stopped) allocating while this one measures.
+
+usage: alloc_probe.py BACKEND(on|off) CACHE_DIR HITS SIZE
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+
+from pulsys.app import Server  # noqa: E402
+from pulsys.config import build_config  # noqa: E402
+from pulsys.log import configure  # noqa: E402
+from pulsys.testing.fake_hub import FakeHub  # noqa: E402
+
+PATH = "/bench/f/resolve/main/f.bin"
+
+
+def load(address, total, size, conns=16):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "loadclient.py"), address[0], str(address[1]),
+                        PATH, str(total), str(conns), str(size)], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 or p.stderr:
+        raise SystemExit("loadclient failed: " + p.stderr[-2000:])
+    return int(p.stdout)
+
+
+def idle(srv, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while srv.vars()["open_connections"] != 0:
+        if time.monotonic() > deadline:
+            raise SystemExit("connections did not close")
+        time.sleep(0.02)
+
+
+def main():
+    backend, cache_dir, hits, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    configure("console", "warning")
+    hub = FakeHub().start()
+    hub.add_repo("bench/f", files={"f.bin": os.urandom(size)}, lfs={"f.bin"})
+    values = {"listen": "127.0.0.1:0", "admin_listen": "off", "upstream": hub.url, "cache_dir": cache_dir,
+              "allow_upstream_host": [hub.cdn_netloc], "access_log": "on", "listeners": "1",
+              "auth": "off", "iouring": backend}
+    srv = Server(build_config(values, {"HOME": os.environ.get("HOME", "/")})).start()
+    try:
+        srv.access_writer.stream = open(os.devnull, "w")   # the product default, output discarded
+        assert load(srv.address, 2000, size) == 2000       # warm-up: caches, free lists, memo
+        idle(srv)
+        srv.access_writer.flush()
+        tracemalloc.start(1)
+        before_snap = tracemalloc.take_snapshot()
+        before = sys.getallocatedblocks()
+        served = load(srv.address, hits, size)
+        idle(srv)                                          # closes processed
+        srv.access_writer.flush()
+        after = sys.getallocatedblocks()
+        after_snap = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        pulsys_dir = os.path.join(ROOT, "pulsys")
+        growth = [s for s in after_snap.compare_to(before_snap, "filename")
+                  if s.traceback[0].filename.startswith(pulsys_dir) and s.size_diff > 0]
+        print(json.dumps({"served": served, "per_hit": (after - before) / hits,
+                          "pulsys_growth": sum(s.size_diff for s in growth),
+                          "growth_top": [str(s) for s in growth[:5]],
+                          "cache_hits": srv.vars()["cache_hits"]}))
+    finally:
+        srv.stop()
+        srv.shutdown()
+        hub.stop()
+
+
+if __name__ == "__main__":
+    main()
