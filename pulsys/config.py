@@ -184,6 +184,15 @@ def parse_size(text, what="size"):
     return int(float(m.group(1)) * unit) if "." in m.group(1) else int(m.group(1)) * unit
 
 
+def _auto_int(what, lo, hi):
+    """An integer in [lo, hi], or "auto" (None: the caller's default)."""
+    parse = _int_range(what, lo, hi)
+
+    def p(text):
+        return None if str(text).strip().lower() == "auto" else parse(text)
+    return p
+
+
 def _size(what):
     return lambda text: parse_size(text, what)
 
@@ -297,6 +306,13 @@ SETTINGS = (
             "runs in its own worker process (default: the number of CPUs)", metavar="N"),
     Setting("fill_threads", "--fill-threads", _int_range("--fill-threads", 1, 1024), "32",
             "threads that talk to upstream and write the cache", metavar="N"),
+    Setting("fill_fetchers_per_file", "--fill-fetchers-per-file", _int_range("--fill-fetchers-per-file", 1, 64),
+            "8", "most upstream connections one file's fill uses at once: a large file from the CDN "
+            "is fetched in pieces by this many at once, ahead of its readers (1: one connection, "
+            "no read-ahead)", metavar="N"),
+    Setting("fill_fetchers", "--fill-fetchers", _auto_int("--fill-fetchers", 0, 1024), "auto",
+            "most extra upstream connections (beyond one per fill) all fills use at once "
+            "(auto: half of --fill-threads; 0: one connection per fill)", metavar="N|auto"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
             "connect and read timeout for upstream requests; a file body that stalls this long "
             "is asked for again from its last byte", metavar="SECONDS"),
@@ -358,6 +374,8 @@ class Config:
     offline: bool = False
     listeners: int = 1
     fill_threads: int = 32
+    fill_fetchers_per_file: int = 8
+    fill_fetchers: int = None
     upstream_timeout: float = 30.0
     fill_retries: int = 5
     iouring: str = "auto"
@@ -385,6 +403,10 @@ class Config:
         return {"max_connections": self.max_connections, "max_per_ip": self.max_connections_per_ip,
                 "header_timeout": self.header_timeout, "idle_timeout": self.idle_timeout,
                 "send_timeout": self.send_timeout}
+
+    def extra_fetchers(self):
+        """--fill-fetchers, with auto resolved: half of --fill-threads (at least 1)."""
+        return max(1, self.fill_threads // 2) if self.fill_fetchers is None else self.fill_fetchers
 
     def allowed_redirect_hosts(self):
         """Hosts (or host:port) that upstream redirects may lead to."""

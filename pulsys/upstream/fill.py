@@ -1,10 +1,14 @@
 """Run one fill: fetch a blob into its part file piece by piece, verify it, commit it.
 
 Fetchers. The job that creates the fill runs its first fetcher on its own pool thread.
-A reader that waits for bytes nobody is fetching (a cold Range request, hf_transfer's
-parallel chunks) makes the Fill call `on_demand`, which starts another fetcher on the
-pool: at most PER_FILL per fill, and at most `budget` extra ones over all fills, so
-fills never take every pool thread from metadata jobs. Each fetcher claims a piece,
+A body from a ranged origin (the CDN, the bucket) larger than one piece starts more at
+once, ahead of any reader (read-ahead): a CDN paces each connection (the Hub's at
+~50 MB/s), so one connection would hold a single-stream client (curl, hf_hub_download
+without hf_transfer) to that rate, while N of them bring N times it. A reader that
+waits for bytes nobody is fetching (a cold Range request, hf_transfer's parallel
+chunks) makes the Fill call `on_demand`, which starts another fetcher. At most
+`per_fill` per fill (--fill-fetchers-per-file), and at most `budget` extra ones over
+all fills (--fill-fetchers), so fills never take every pool thread from metadata jobs. Each fetcher claims a piece,
 GETs exactly those bytes with `Range`, pwrites them at their offset in the shared part
 file, and claims the next piece: where it ended if that is free (pieces double up to
 MAX_PIECE, so a lone sequential fill makes few requests), else a wanted offset, else the
@@ -100,12 +104,13 @@ class Committer:
 
 
 class Fetchers:
-    """Extra fetchers: `budget` (a Budget over all fills) and spawn(fn), which runs fn on
-    a pool thread (RuntimeError once the pool shuts down)."""
-    __slots__ = ("budget", "spawn")
+    """Extra fetchers: `budget` (a Budget over all fills), spawn(fn), which runs fn on a
+    pool thread (RuntimeError once the pool shuts down), and per_fill, the most fetchers
+    of one fill (the first included)."""
+    __slots__ = ("budget", "spawn", "per_fill")
 
-    def __init__(self, budget, spawn):
-        self.budget, self.spawn = budget, spawn
+    def __init__(self, budget, spawn, per_fill=PER_FILL):
+        self.budget, self.spawn, self.per_fill = budget, spawn, per_fill
 
 
 class FillRun:
@@ -147,24 +152,39 @@ class FillRun:
                 resp.close()
             self._end_fetcher(self._commit_or_fail())
             return
+        if resp is None:
+            self._read_ahead()
         self._end_fetcher(self._fetch(0, self.first[1], resp, self.first))
+
+    def _read_ahead(self):
+        """Start the other fetchers of a ranged body now: one per FIRST_PIECE of it, up to
+        per_fill and what the budget allows."""
+        pieces = -(-self.entry.size // FIRST_PIECE)
+        for _ in range(min(self.fetchers_of.per_fill, pieces) - 1):
+            if not self._add_fetcher():
+                return
 
     def _on_demand(self, fill, offset):
         """A reader waits at `offset` and nothing will reach it soon (any thread; never blocks)."""
+        self._add_fetcher()
+
+    def _add_fetcher(self):
+        """Start one more fetcher on the pool if per_fill and the budget allow. -> started"""
         budget = self.fetchers_of.budget
         with self.lock:
-            if self.ended or self.fetchers == 0 or self.fetchers >= PER_FILL:
-                return
+            if self.ended or self.fetchers == 0 or self.fetchers >= self.fetchers_of.per_fill:
+                return False
             if not budget.take():
-                return
+                return False
             self.fetchers += 1
         try:
             self.fetchers_of.spawn(self._extra)
         except RuntimeError:      # the pool is shutting down
             budget.give()
             self._end_fetcher(None)
-            return
+            return False
         self.c[M.FILL_FETCHERS] += 1
+        return True
 
     def _extra(self):
         try:

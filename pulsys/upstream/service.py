@@ -110,8 +110,8 @@ class Upstream:
                                    self.prepare_refetch, self.refetch,
                                    [fn for fn in (space and space.committed, shared and shared.blob_committed)
                                     if fn])
-        self.fetchers = Fetchers(Budget(max(1, config.fill_threads // 2)),   # extra fetchers, all fills
-                                 spawn or _spawn_thread)
+        self.fetchers = Fetchers(Budget(config.extra_fetchers()),   # extra fetchers, all fills
+                                 spawn or _spawn_thread, config.fill_fetchers_per_file)
 
     def access_stats(self):
         """Gauges of who the Hub decides for and limits (metrics.GAUGES)."""

@@ -108,7 +108,8 @@ def test_an_expired_cdn_url_is_renewed_mid_fill(make_server, cache):
     try:
         big = os.urandom(12 * MIB + 3)                   # two pieces: 8 MiB, then the rest
         hub.add_repo("org/e", files={"w.safetensors": big})
-        srv = make_server(hub, cache_dir=cache)
+        # one connection, so the second piece is asked for after the URL expired
+        srv = make_server(hub, cache_dir=cache, fill_fetchers_per_file=1)
         hub.faults.throttle(8 * MIB, match="/repos/")
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
             fut = ex.submit(raw_get, srv.address, "/org/e/resolve/main/w.safetensors")

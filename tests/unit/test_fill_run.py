@@ -6,6 +6,7 @@ is the narrow interface a fill needs (Origin), so a test can be one."""
 import hashlib
 import os
 import re
+import threading
 
 import pytest
 import urllib3
@@ -16,7 +17,7 @@ from pulsys.cache.store import Store
 from pulsys.errors import Refetching, UpstreamError
 from pulsys.log import get_logger
 from pulsys.model.entry import FILE, Entry
-from pulsys.upstream.fill import Budget, Committer, Fetchers, FillRun, Origin
+from pulsys.upstream.fill import FIRST_PIECE, Budget, Committer, Fetchers, FillRun, Origin
 
 SIZE = 300_000
 
@@ -65,18 +66,18 @@ class ScriptedOrigin:
 
 
 class Rig:
-    def __init__(self, tmp_path, served=None, refetches=True, budget=0):
-        self.blob = os.urandom(SIZE)
+    def __init__(self, tmp_path, served=None, refetches=True, budget=0, size=SIZE, spawn=None, per_fill=8):
+        self.blob = os.urandom(size)
         served = self.blob if served is None else served
         sha = hashlib.sha256(self.blob).hexdigest()
-        self.entry = Entry(FILE, "k", SIZE, etag=sha, blob_id="sha256/" + sha)
+        self.entry = Entry(FILE, "k", size, etag=sha, blob_id="sha256/" + sha)
         self.store = Store(str(tmp_path))
         self.inflight = Inflight()
-        self.fill, _ = self.inflight.join_or_create(self.entry.blob_id, SIZE, self.store.new_part_path)
+        self.fill, _ = self.inflight.join_or_create(self.entry.blob_id, size, self.store.new_part_path)
         self.published, self.refetch_asked, self.spawned = [], [], []
         self.cache = Committer(self.store, self.published.append, self.inflight, lambda e: e,
                                self._prepare_refetch, lambda *a: None)
-        self.fetchers = Fetchers(Budget(budget), self.spawned.append)
+        self.fetchers = Fetchers(Budget(budget), spawn or self.spawned.append, per_fill)
         self.served = served
         self.refetches = refetches
         self.c = M.new()
@@ -165,3 +166,59 @@ def test_extra_fetchers_stay_within_the_budget(tmp_path):
     run.run()                                 # the first fetcher does the whole file
     rig.spawned[0]()                          # the extra one finds nothing left, gives its budget back
     assert rig.fill.state == DONE and rig.committed() == rig.blob and rig.fetchers.budget.left == 1
+
+
+class GatedOrigin(ScriptedOrigin):
+    """A ScriptedOrigin whose first `n` requests all wait until `n` are open at once:
+    answers only if that many fetchers ask concurrently (else the barrier times out)."""
+
+    def __init__(self, blob, n):
+        super().__init__(blob)
+        self.barrier = threading.Barrier(n, timeout=10)
+        self.threads = set()
+        self.lock = threading.Lock()
+
+    def request(self, method, url, headers):
+        with self.lock:
+            first = len(self.asked) < self.barrier.parties
+            self.threads.add(threading.get_ident())
+        resp = super().request(method, url, headers)
+        if first:
+            self.barrier.wait()
+        return resp
+
+
+def test_a_ranged_body_is_fetched_by_several_fetchers_at_once_ahead_of_any_reader(tmp_path):
+    """Read-ahead: a 3-piece body from a ranged origin starts 3 fetchers before any reader
+    asks, they fetch concurrently, and every byte is asked for exactly once."""
+    threads = []
+
+    def spawn(fn):
+        t = threading.Thread(target=fn)
+        threads.append(t)
+        t.start()
+    size = 2 * FIRST_PIECE + 12345
+    rig = Rig(tmp_path, budget=4, size=size, spawn=spawn)
+    origin = GatedOrigin(rig.blob, 3)
+    run = FillRun(rig.fill, rig.entry, "http://origin/blob", Origin(origin.request, lambda url: False),
+                  rig.cache, rig.fetchers, 2, rig.c, get_logger("test"))
+    run.run()
+    for t in threads:
+        t.join(10)
+    assert rig.fill.state == DONE and rig.committed() == rig.blob
+    assert len(origin.threads) == 3 and rig.c[M.FILL_FETCHERS] == 2
+    ranges = sorted((a, b) for _, a, b in origin.asked)
+    assert ranges[0][0] == 0 and ranges[-1][1] == size - 1
+    assert all(x[1] + 1 == y[0] for x, y in zip(ranges, ranges[1:]))     # disjoint, no gap
+    assert rig.fetchers.budget.left == 4
+
+
+def test_read_ahead_stays_within_per_file_and_the_budget(tmp_path):
+    size = 6 * FIRST_PIECE
+    for per_fill, budget, extra in ((8, 16, 5), (3, 16, 2), (8, 1, 1), (1, 16, 0)):
+        rig = Rig(tmp_path / ("r%d-%d" % (per_fill, budget)), budget=budget, size=size, per_fill=per_fill)
+        rig.run()
+        assert len(rig.spawned) == extra and rig.fill.state == DONE and rig.committed() == rig.blob
+        for fn in rig.spawned:
+            fn()                  # nothing left: each gives its budget back
+        assert rig.fetchers.budget.left == budget

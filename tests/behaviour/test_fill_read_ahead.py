@@ -1,0 +1,89 @@
+"""Read-ahead (upstream/fill.py): a cold file from the CDN is fetched by several ranged
+connections at once from the start, not only where readers wait, so a single-stream
+client is not held to one paced connection; each upstream byte is still fetched once, a
+piece cut mid-way resumes from its last byte, and a reader far ahead of the fetchers is
+served. One listener (in-process) and two (worker processes); the CDN paces every
+connection (hub.faults.throttle), as real CDNs do."""
+
+import concurrent.futures
+import os
+
+from pulsys.testing.fake_hub import sha256_hex
+from pulsys.upstream.fill import FIRST_PIECE
+from tests.behaviour.fillcheck import blob_files, raw_get
+from tests.conftest import wait_until
+
+MIB = 1024 * 1024
+BODY = os.urandom(5 * FIRST_PIECE - 3 * MIB + 17)      # five pieces, the last a short one
+SHA = sha256_hex(BODY)
+PATH = "/org/m/resolve/main/model.safetensors"
+
+
+def pytest_generate_tests(metafunc):
+    if "listeners" in metafunc.fixturenames:
+        metafunc.parametrize("listeners", [1, 2], ids=["1-listener", "2-listeners"])
+
+
+def serve(hub, make_server, tmp_path, **settings):
+    hub.add_repo("org/m", files={"model.safetensors": BODY})
+    srv = make_server(hub, cache_dir=str(tmp_path / "cache"), **settings)
+    srv.cache_dir = str(tmp_path / "cache")
+    return srv
+
+
+def cdn_ranges(hub):
+    return sorted(r.range for r in hub.requests if r.server == "cdn" and r.method == "GET")
+
+
+def fetched_once(hub, srv):
+    assert wait_until(lambda: srv.vars()["fills_completed"] == 1, 15)
+    assert wait_until(lambda: hub.body_bytes(SHA) >= len(BODY), 5)     # counted after each send
+    return hub.body_bytes(SHA)
+
+
+def test_one_client_one_connection_gets_the_file_from_several_upstream_connections(hub, make_server, tmp_path):
+    srv = serve(hub, make_server, tmp_path)
+    hub.faults.throttle(16 * MIB)
+    st, _, body, complete = raw_get(srv.address, PATH)
+    assert st == 200 and complete and body == BODY
+    assert fetched_once(hub, srv) == len(BODY)                     # each upstream byte once
+    ranges = cdn_ranges(hub)
+    assert len(ranges) == 5 and all(ranges), ranges                # one per piece
+    assert srv.vars()["fill_fetchers"] == 4                        # started ahead: no reader asked
+    assert blob_files(srv.cache_dir) == {"sha256/" + SHA: True}
+
+
+def test_the_flags_bound_the_connections(hub, make_server, tmp_path):
+    srv = serve(hub, make_server, tmp_path, fill_fetchers_per_file=2)
+    st, _, body, complete = raw_get(srv.address, PATH)
+    assert st == 200 and complete and body == BODY
+    assert fetched_once(hub, srv) == len(BODY)
+    assert srv.vars()["fill_fetchers"] == 1
+
+
+def test_a_piece_cut_mid_way_resumes_from_its_last_byte(hub, make_server, tmp_path):
+    srv = serve(hub, make_server, tmp_path)
+    hub.faults.throttle(32 * MIB)
+    hub.faults.reset_after(3 * MIB + 5, times=2)                   # two of the pieces are cut
+    st, _, body, complete = raw_get(srv.address, PATH)
+    assert st == 200 and complete and body == BODY
+    sent = fetched_once(hub, srv)
+    # what the CDN sent past the cuts that never arrived is the only slack
+    assert len(BODY) <= sent <= len(BODY) + FIRST_PIECE, sent
+    assert srv.vars()["upstream_retries"] >= 2
+    assert blob_files(srv.cache_dir) == {"sha256/" + SHA: True}
+
+
+def test_a_reader_far_ahead_of_the_fetchers_is_served(hub, make_server, tmp_path):
+    srv = serve(hub, make_server, tmp_path, fill_fetchers_per_file=2)   # fetchers busy at the start
+    hub.faults.throttle(8 * MIB)
+    tail = (len(BODY) - MIB, len(BODY) - 1)
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        whole = ex.submit(raw_get, srv.address, PATH)
+        part = ex.submit(raw_get, srv.address, PATH, [("Range", "bytes=%d-%d" % tail)])
+        st, hdrs, body, complete = part.result()
+        assert st == 206 and complete and body == BODY[tail[0]:]
+        assert hdrs["content-range"] == "bytes %d-%d/%d" % (tail[0], tail[1], len(BODY))
+        st, _, body, complete = whole.result()
+        assert st == 200 and complete and body == BODY
+    assert fetched_once(hub, srv) == len(BODY)
