@@ -328,6 +328,10 @@ class FakeHub:
         with self._lock:
             self._records.append(record)
 
+    def _uncount_fetch(self, blob_key):
+        with self._lock:
+            self._fetches[blob_key] -= 1
+
     def _count_body(self, blob_key, nbytes, new_fetch):
         with self._lock:
             self._bytes[blob_key] = self._bytes.get(blob_key, 0) + nbytes

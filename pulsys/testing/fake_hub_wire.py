@@ -173,12 +173,21 @@ class FakeHandler(BaseHTTPRequestHandler):
         sent = 0
         while sent < len(view):
             chunk = view[sent:sent + piece]
-            if chunked:
-                self.wfile.write(b"%x\r\n" % len(chunk) + bytes(chunk) + b"\r\n")
-            else:
-                self.wfile.write(chunk)
+            # counted before the write: a client that has read the whole body may ask the
+            # counters at once, before this thread runs again
             self.hub._count_body(blob_key, len(chunk), new_fetch=not self._fetch_counted)
-            self._fetch_counted = True
+            new_fetch, self._fetch_counted = not self._fetch_counted, True
+            try:
+                if chunked:
+                    self.wfile.write(b"%x\r\n" % len(chunk) + bytes(chunk) + b"\r\n")
+                else:
+                    self.wfile.write(chunk)
+            except OSError:
+                self.hub._count_body(blob_key, -len(chunk), new_fetch=False)
+                if new_fetch:
+                    self.hub._uncount_fetch(blob_key)
+                    self._fetch_counted = False
+                raise
             sent += len(chunk)
             if rate:
                 delay = started + sent / rate - clock()

@@ -365,6 +365,8 @@ class Upstream:
             fill = self.inflight.get(e.blob_id)
             if fill is not None:   # fresh metadata and a running fill: no need to ask upstream
                 return job.reply(Reply(e, fill, "fill-join"))
+            if e.kind == FILE and self.store.has_blob(e.blob_id, e.size):
+                return self._blob_found(job, e)
         if cache and (e is None or e.kind == CANNED):  # nothing fresh, or a HEAD's 4xx and this is a GET
             missing = self._missing_from_list(t, stale=False)
             if missing is not None:
@@ -442,6 +444,15 @@ class Upstream:
             self._publish(entry)
         return job.reply(Reply(entry, None, "passthrough"))
 
+    def _blob_found(self, job, e):
+        """e says its blob is not on disk, no fill of it runs, and the blob is there: e was
+        read before the fill's commit published the blob and the fill left the registry
+        after (or a HEAD's metadata replaced that entry). Serve and publish the blob; asking
+        upstream would download a body the cache holds."""
+        entry = e.with_blob(self.store.blob_path(e.blob_id))
+        self._publish(entry)
+        return job.reply(Reply(entry, None, "hit-blob"))
+
     def _blob_gone(self, e):
         """The index says e's blob is on disk and it is not (removed by hand, or moved to
         quarantine by `pulsys verify` while an older index was in use): metadata only."""
@@ -504,6 +515,11 @@ class Upstream:
             if resp is not None:
                 resp.close()
             self._publish(entry)
+            if self.store.has_blob(blob_id, size):
+                # a GET's fill committed the blob after the check above and published it
+                # with its blob; this publish replaced that entry: put the blob back
+                entry = entry.with_blob(self.store.blob_path(blob_id))
+                self._publish(entry)
             return job.reply(Reply(entry, None, "miss"))
         # asked before the fill is registered: between join_or_create and the first
         # fetcher, every moment is one in which readers may join it
