@@ -29,13 +29,14 @@ from pulsys.cache.inflight import Inflight
 from pulsys.cache.recency import LocalReactors
 from pulsys.cache.store import Store
 from pulsys.db.database import DatabaseError
-from pulsys.errors import BackendUnavailable
+from pulsys.errors import BackendUnavailable, ConfigError
 from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
 from pulsys.log import AccessLogWriter, configure, get_logger
 from pulsys.platform import PlatformFacts, load_sender, probe_soon
 from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
 from pulsys.upstream.guard import UpstreamGuard
+from pulsys.upstream.key_tokens import KeyTokens
 from pulsys.upstream.pool import FillPool, PoolThreads
 from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
@@ -91,7 +92,9 @@ class _Base:
         threads = PoolThreads(config.fill_threads)      # extra fetchers of a fill run on them too
         self.service = Upstream(config, session, self.index,
                                 self.store, self.inflight, self.pool_counters, guard=self.guard,
-                                space=self.space, shared=self.shared, spawn=threads.run)
+                                space=self.space, shared=self.shared, spawn=threads.run,
+                                key_tokens=KeyTokens(self.plane.keys.hub_token_of, config.access_ttl, get_logger("access"))
+                                if self.plane.keys_carry_tokens else None)
         self.pool = FillPool(self.service.handle, threads)
         # file lists and negative entries, learned from the index while the server serves
         threading.Thread(target=self.service.learn_index, name="pulsys-learn-index", daemon=True).start()
@@ -378,7 +381,7 @@ def _run(config, forks):
         server = ProcessServer(config, forks) if config.listeners > 1 else Server(config)
     except OSError as e:
         return _fail("cannot start: %s" % (e.strerror or e))
-    except (BackendUnavailable, DatabaseError, SharedStoreError, IndexUnusable) as e:
+    except (BackendUnavailable, DatabaseError, SharedStoreError, IndexUnusable, ConfigError) as e:
         return _fail(str(e))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())

@@ -251,11 +251,16 @@ SETTINGS = (
     Setting("upstream_auth", "--upstream-auth", _choice("--upstream-auth", ("service", "client")),
             "service", "who the Hub sees: service (pulsys's --hf-token for everyone; client "
             "credentials are never forwarded) or client (each client's own token, what HF_TOKEN "
-            "sends: the Hub decides per client who reads gated and private repos; needs --auth off)",
+            "sends, or with --auth required the Hub token the client's pulsys key carries: the Hub "
+            "decides per client who reads gated and private repos)",
             choices=("service", "client")),
     Setting("access_ttl", "--access-ttl", _positive_float("--access-ttl"), "60",
             "with --upstream-auth client: seconds the Hub's answer whether a token may read a repo "
             "is remembered (yes and no alike); a revoked access stops within it", metavar="SECONDS"),
+    Setting("token_secret_file", "--token-secret-file", str, "",
+            "with --upstream-auth client --auth required: the file of the secret that seals the Hub "
+            "tokens keys carry in the admin store (made, mode 0600, when absent; every node sharing "
+            "one --db needs the same file; default: token-secret in the cache dir)", metavar="FILE"),
     Setting("allow_upstream_host", "--allow-upstream-host", _allow_hosts, (),
             "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated "
             "in env); an IP address here also allows connecting to that private or loopback address",
@@ -361,6 +366,7 @@ class Config:
     hf_token: str = ""
     upstream_auth: str = "service"
     access_ttl: float = 60.0
+    token_secret_file: str = ""
     allow_upstream_host: tuple = ()
     public_base_url: str = ""
     admin_listen: tuple = ("127.0.0.1", 8081)
@@ -435,12 +441,13 @@ def build_config(values, environ):
             continue
         out[s.name] = s.parse(raw)
     out["db"] = db_url(out["db"], out["cache_dir"])
-    if out["upstream_auth"] == "client" and out["auth"] != "off":
-        # one Authorization header cannot carry both a pulsys key and the client's Hub
-        # token (ADR 0016): in client mode the Hub is the authority
-        raise ConfigError("--upstream-auth client needs --auth off: clients send their own Hub "
-                          "token in HF_TOKEN, and the Hub decides what each may read")
+    out["token_secret_file"] = token_secret_file(out["token_secret_file"], out["cache_dir"])
     return Config(**out)
+
+
+def token_secret_file(text, cache_dir):
+    """--token-secret-file as given, or the default: token-secret in the cache dir."""
+    return os.path.abspath(os.path.expanduser(text)) if text else os.path.join(cache_dir, "token-secret")
 
 
 def db_url(text, cache_dir):

@@ -22,3 +22,7 @@ def not_found(message):
 
 def conflict(message):
     return AdminError(409, message)
+
+
+def forbidden(message):
+    return AdminError(403, message)

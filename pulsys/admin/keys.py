@@ -11,6 +11,7 @@ import time
 from pulsys.admin.errors import bad_request, conflict, not_found
 from pulsys.auth.keys import SCOPES, new_key
 from pulsys.auth.repos import compile_patterns, text_of
+from pulsys.auth.sealed import Unsealable, check_hub_token
 from pulsys.db import audit
 from pulsys.db import keys as rows
 
@@ -56,24 +57,72 @@ def _compiled(repos):
         return ()          # a stored pattern this pulsys cannot read: the key reads nothing
 
 
+NO_SEALER = ("pulsys: this store keeps no Hub tokens: they are sealed with --token-secret-file, "
+             "which the server makes when it runs with --upstream-auth client --auth required")
+
+
 class KeyService:
-    def __init__(self, db, clock=time.time):
+    def __init__(self, db, clock=time.time, sealer=None):
+        """sealer: auth.sealed.Sealer for keys that carry their owner's Hub token
+        (ADR 0017), or None: such keys cannot be made here."""
         self.db = db
         self.clock = clock
+        self.sealer = sealer
 
-    def create(self, scope, name, actor, repos=None):
+    def _seal(self, kid, hub_token):
+        if hub_token is None:
+            return None
+        if self.sealer is None:
+            raise bad_request(NO_SEALER)
+        try:
+            return self.sealer.seal(kid, check_hub_token(hub_token))
+        except ValueError as e:
+            raise bad_request(str(e)) from None
+
+    def create(self, scope, name, actor, repos=None, hub_token=None):
         """-> (key, row). The key is in no row and no log: show it once. repos: patterns
-        the key is limited to (auth/repos.py), or None for every repo."""
+        the key is limited to (auth/repos.py), or None for every repo; hub_token: the
+        owner's Hugging Face token, kept sealed (never shown again), or None."""
         scope, name, repos = _check_scope(scope), _check_name(name), _check_repos(repos)
         key, kid, digest = new_key()
+        sealed = self._seal(kid, hub_token)
         now = self.clock()
         with self.db.transaction() as tx:
-            rows.insert(tx, kid, digest, scope, name, actor, now, repos)
+            rows.insert(tx, kid, digest, scope, name, actor, now, repos, sealed)
             event = {"scope": scope, "name": name}
             if repos:
                 event["repos"] = repos
+            if sealed:
+                event["hub_token"] = True
             audit.append(tx, actor, "key.create", kid, event, now)
             return key, rows.get(tx, kid)
+
+    def set_hub_token(self, key_id, hub_token, actor):
+        """Give an active key its owner's Hub token (None takes it away). -> the row.
+        404 when unknown, 409 when revoked; the token itself is in no event."""
+        _check_id(key_id)
+        sealed = self._seal(key_id, hub_token)
+        now = self.clock()
+        with self.db.transaction() as tx:
+            row = rows.get(tx, key_id)
+            if row is None:
+                raise not_found("no key with id %s" % key_id)
+            if not rows.set_hub_token(tx, key_id, sealed):
+                raise conflict("key %s is revoked" % key_id)
+            audit.append(tx, actor, "key.hub_token." + ("set" if sealed else "remove"), key_id,
+                         {"scope": row["scope"], "name": row["name"]}, now)
+            return rows.get(tx, key_id)
+
+    def hub_token_of(self, key_id):
+        """The Hub token an active key carries, opened; None when it has none (or is
+        unknown or revoked). Unsealable when this secret cannot open it."""
+        with self.db.transaction(write=False) as tx:
+            sealed = rows.sealed_hub_token(tx, key_id)
+        if sealed is None:
+            return None
+        if self.sealer is None:
+            raise Unsealable(NO_SEALER)
+        return self.sealer.open(key_id, sealed)
 
     def get(self, key_id):
         with self.db.transaction(write=False) as tx:

@@ -4,6 +4,7 @@ applies the change at once (docs/decisions/0009)."""
 
 import re
 
+from pulsys.admin.errors import bad_request, forbidden
 from pulsys.db.database import DatabaseError
 
 AUDIT_PAGE = 100
@@ -23,7 +24,8 @@ def _key_doc(row):
     return {"id": row["id"], "scope": row["scope"], "name": row["name"],
             "created_at": row["created_at"], "created_by": row["created_by"],
             "revoked_at": row["revoked_at"], "revoked_by": row["revoked_by"],
-            "active": row["revoked_at"] is None, "repos": row.get("repos")}
+            "active": row["revoked_at"] is None, "repos": row.get("repos"),
+            "has_hub_token": bool(row.get("has_hub_token"))}
 
 
 def list_keys(api, req):
@@ -32,8 +34,9 @@ def list_keys(api, req):
 
 
 def create_key(api, req):
-    doc = req.json(("scope", "name", "repos"))
-    key, row = api.keys.create(doc.get("scope", "read"), doc.get("name", ""), req.actor, doc.get("repos"))
+    doc = req.json(("scope", "name", "repos", "hub_token"))
+    key, row = api.keys.create(doc.get("scope", "read"), doc.get("name", ""), req.actor, doc.get("repos"),
+                               doc.get("hub_token"))
     _apply_now(api)
     out = _key_doc(row)
     out["key"] = key
@@ -50,6 +53,30 @@ def revoke_key(api, req):
     return 200, _key_doc(row)
 
 
+def _own_or_admin(req):
+    """The key id a hub-token route acts on: any key for an admin key, else only the
+    caller's own (`self` names it): a person gives their key their own Hub token, and
+    no admin needs to see it."""
+    kid = req.match.group(1)
+    if kid == "self":
+        return req.key_id
+    if req.scope != "admin" and kid != req.key_id:
+        raise forbidden("pulsys: a key without scope admin may set only its own Hub token "
+                        "(/api/v1/keys/self/hub-token)")
+    return kid
+
+
+def set_hub_token(api, req):
+    doc = req.json(("hub_token",))
+    if "hub_token" not in doc:
+        raise bad_request('body must be {"hub_token": "hf_..."} (DELETE removes the token)')
+    return 200, _key_doc(api.keys.set_hub_token(_own_or_admin(req), doc["hub_token"], req.actor))
+
+
+def remove_hub_token(api, req):
+    return 200, _key_doc(api.keys.set_hub_token(_own_or_admin(req), None, req.actor))
+
+
 def audit_log(api, req):
     limit = req.arg("limit", AUDIT_PAGE, int)
     before = req.arg("before", None, int)
@@ -61,10 +88,13 @@ def audit_log(api, req):
 
 
 _KEY = re.compile(r"/api/v1/keys/([^/]+)")
+_HUB_TOKEN = re.compile(r"/api/v1/keys/([^/]+)/hub-token")
 KEY_ROUTES = (
     ("GET", re.compile(r"/api/v1/keys"), list_keys, "admin"),
     ("POST", re.compile(r"/api/v1/keys"), create_key, "admin"),
     ("GET", _KEY, get_key, "admin"),
     ("DELETE", _KEY, revoke_key, "admin"),
+    ("PUT", _HUB_TOKEN, set_hub_token, "read"),          # admin, or the key itself
+    ("DELETE", _HUB_TOKEN, remove_hub_token, "read"),
     ("GET", re.compile(r"/api/v1/audit"), audit_log, "admin"),
 )

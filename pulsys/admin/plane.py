@@ -16,6 +16,7 @@ from pulsys.admin.repo_stats import RepoStatsSaver
 from pulsys.cache.downloads import Downloads
 from pulsys.admin.keys import KeyService
 from pulsys.admin.keysync import KeySync
+from pulsys.admin.token_secret import open_sealer
 from pulsys.auth.gate import Gate
 from pulsys.db.database import Database, describe
 from pulsys.db.migrate import migrate
@@ -28,7 +29,9 @@ class AdminPlane:
         self.db = Database.open(config.db)
         try:
             self.migrated = migrate(self.db)
-            self.keys = KeyService(self.db)
+            # keys that carry their owner's Hub token (ADR 0017): sealed with this secret
+            self.keys_carry_tokens = config.upstream_auth == "client" and config.auth == "required"
+            self.keys = KeyService(self.db, sealer=open_sealer(config.token_secret_file, self.keys_carry_tokens))
             self.first_key = self.keys.ensure_first_key() if config.auth == "required" else None
             self.gate = Gate()
             self.sync = KeySync(self.keys, self.gate)

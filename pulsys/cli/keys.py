@@ -1,4 +1,4 @@
-"""`pulsys keys create|list|revoke`: manage API keys.
+"""`pulsys keys create|list|revoke|hub-token`: manage API keys.
 
 Two ways to reach the keys, chosen by --server:
 
@@ -11,7 +11,9 @@ Two ways to reach the keys, chosen by --server:
   with an admin key. Audited as key:<id>.
 
 `create` prints the new key alone on stdout (KEY=$(pulsys keys create)); everything
-else goes to stderr. Exit codes: 0 done, 2 bad input or refused (one line, no
+else goes to stderr. A Hub token a key carries (--upstream-auth client with --auth
+required, ADR 0017) is read from stdin, never from the command line, where `ps` and
+shell histories would show it. Exit codes: 0 done, 2 bad input or refused (one line, no
 traceback), 1 the store or server could not be reached.
 """
 
@@ -26,7 +28,7 @@ import time
 from pulsys.auth.keys import SCOPES
 from pulsys.cli.base import Parser, fail
 from pulsys.cli.remote import AdminClient, Failed, quote
-from pulsys.config import db_url, default_cache_dir
+from pulsys.config import db_url, default_cache_dir, token_secret_file
 from pulsys.errors import ConfigError
 
 PROG = "pulsys keys"
@@ -42,9 +44,12 @@ def make_parser():
     common.add_argument("--cache-dir", metavar="DIR", help="the server's cache dir, where the default "
                         "SQLite store is [env PULSYS_CACHE_DIR]")
     common.add_argument("--db", metavar="URL", help="the server's --db [env PULSYS_DB]")
+    common.add_argument("--token-secret-file", metavar="FILE", help="the server's --token-secret-file, "
+                        "which seals Hub tokens (default: token-secret in the cache dir) "
+                        "[env PULSYS_TOKEN_SECRET_FILE]")
     common.add_argument("--json", action="store_true", help="print JSON")
     # subcommands (create, list, revoke) report errors as `pulsys keys`
-    sub = p.add_subparsers(dest="command", metavar="{create,list,revoke}",
+    sub = p.add_subparsers(dest="command", metavar="{create,list,revoke,hub-token}",
                            parser_class=functools.partial(Parser, label=PROG))
     sub.required = True
     c = sub.add_parser("create", parents=[common], help="create a key; prints it once")
@@ -55,10 +60,18 @@ def make_parser():
                    help="limit the key to repos matching [models/|datasets/|spaces/]OWNER/NAME, "
                         "with * and ? (repeatable; e.g. --repo 'acme/*' --repo 'datasets/team-a/*'); "
                         "other repos answer 404 RepoNotFound. Default: every repo")
+    c.add_argument("--hub-token-stdin", action="store_true",
+                   help="the key carries its owner's Hugging Face token, read from stdin: with "
+                        "--upstream-auth client --auth required, pulsys asks the Hub with it")
     ls = sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
     ls.add_argument("--active", action="store_true", help="only keys not revoked")
     r = sub.add_parser("revoke", parents=[common], help="revoke a key by id")
     r.add_argument("id", help="the key's id (12 hex digits, as `pulsys keys list` shows it)")
+    h = sub.add_parser("hub-token", parents=[common], help="give a key its owner's Hugging Face token "
+                       "(read from stdin), or --remove it")
+    h.add_argument("id", help="the key's id, or `self` for the key given in --token (a key without "
+                   "scope admin may set only its own)")
+    h.add_argument("--remove", action="store_true", help="take the key's Hub token away")
     return p
 
 
@@ -68,25 +81,35 @@ def make_parser():
 class _Direct:
     def __init__(self, args, environ):
         from pulsys.admin.keys import KeyService
+        from pulsys.admin.token_secret import open_sealer
         from pulsys.db.database import Database
         from pulsys.db.migrate import migrate
         raw = args.cache_dir or environ.get("PULSYS_CACHE_DIR")
         cache_dir = os.path.abspath(os.path.expanduser(raw)) if raw else default_cache_dir(environ)
+        secret = token_secret_file(args.token_secret_file or environ.get("PULSYS_TOKEN_SECRET_FILE") or "",
+                                   cache_dir)
         try:
             url = db_url(args.db or environ.get("PULSYS_DB") or "", cache_dir)
+            # made here when absent only to seal a token now; listing and revoking need none
+            sealer = open_sealer(secret, getattr(args, "hub_token_stdin", False) or args.command == "hub-token")
         except ConfigError as e:
             raise Failed(2, str(e)) from None
         self.db = Database.open(url)
         migrate(self.db)
-        self.service = KeyService(self.db)
+        self.service = KeyService(self.db, sealer=sealer)
         try:
             self.actor = "cli:%s" % getpass.getuser()
         except (KeyError, OSError):
             self.actor = "cli"
 
-    def create(self, scope, name, repos):
-        key, row = self.service.create(scope, name, self.actor, repos)
+    def create(self, scope, name, repos, hub_token):
+        key, row = self.service.create(scope, name, self.actor, repos, hub_token)
         return dict(row, key=key)
+
+    def hub_token(self, key_id, token):
+        if key_id == "self":
+            raise Failed(2, "`self` names the key given in --token, with --server; name the key by its id")
+        return self.service.set_hub_token(key_id, token, self.actor)
 
     def listing(self, active):
         return self.service.listing(include_revoked=not active)
@@ -99,11 +122,17 @@ class _Remote(AdminClient):
     """The same calls through a running server's admin listener (pulsys.cli.remote)."""
 
 
-    def create(self, scope, name, repos):
+    def create(self, scope, name, repos, hub_token):
         doc = {"scope": scope, "name": name}
         if repos:
             doc["repos"] = repos
+        if hub_token is not None:
+            doc["hub_token"] = hub_token
         return self.call("POST", "/api/v1/keys", doc)
+
+    def hub_token(self, key_id, token):
+        path = "/api/v1/keys/%s/hub-token" % quote(key_id)
+        return self.call("DELETE", path) if token is None else self.call("PUT", path, {"hub_token": token})
 
     def listing(self, active):
         return self.call("GET", "/api/v1/keys?revoked=%d" % (0 if active else 1))["keys"]
@@ -120,19 +149,30 @@ def _when(t):
 
 
 def _table(rows):
-    out = ["%-12s  %-5s  %-7s  %-16s  %-16s  %-16s  %s" % ("ID", "SCOPE", "STATE", "CREATED (UTC)",
-                                                           "CREATED BY", "NAME", "REPOS")]
+    line = "%-12s  %-5s  %-7s  %-16s  %-16s  %-16s  %-9s  %s"
+    out = [line % ("ID", "SCOPE", "STATE", "CREATED (UTC)", "CREATED BY", "NAME", "HUB TOKEN", "REPOS")]
     for r in rows:
-        out.append("%-12s  %-5s  %-7s  %-16s  %-16s  %-16s  %s" % (
+        out.append(line % (
             r["id"], r["scope"], "active" if r["revoked_at"] is None else "revoked",
-            _when(r["created_at"]), r["created_by"], r["name"], " ".join(r.get("repos") or ["*"])))
+            _when(r["created_at"]), r["created_by"], r["name"], "yes" if r.get("has_hub_token") else "-",
+            " ".join(r.get("repos") or ["*"])))
     return "\n".join(out) + "\n"
+
+
+def _stdin_token():
+    """The Hub token on stdin (one line; what `printf %s "$HF_TOKEN" |` gives)."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise Failed(2, "give the Hugging Face token on stdin, e.g. printf %s \"$HF_TOKEN\" | pulsys keys ...")
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise Failed(2, "stdin held no token")
+    return token
 
 
 def _run(args, environ):
     backend = (_Remote if args.server or environ.get("PULSYS_ADMIN_URL") else _Direct)(args, environ)
     if args.command == "create":
-        row = backend.create(args.scope, args.name, args.repos)
+        row = backend.create(args.scope, args.name, args.repos, _stdin_token() if args.hub_token_stdin else None)
         if args.json:
             sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
         else:
@@ -140,6 +180,12 @@ def _run(args, environ):
                              % (PROG, row["id"], row["scope"], ", name %s" % row["name"] if row["name"] else "",
                                 ", repos %s" % " ".join(row["repos"]) if row.get("repos") else ""))
             sys.stdout.write(row["key"] + "\n")
+    elif args.command == "hub-token":
+        row = backend.hub_token(args.id, None if args.remove else _stdin_token())
+        if args.json:
+            sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write("key %s carries %s Hub token\n" % (row["id"], "a" if row["has_hub_token"] else "no"))
     elif args.command == "list":
         rows = backend.listing(args.active)
         sys.stdout.write(json.dumps(rows, sort_keys=True) + "\n" if args.json else _table(rows))

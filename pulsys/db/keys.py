@@ -6,7 +6,8 @@ process that sees a new generation reads a table that includes the change.
 
 import json
 
-COLUMNS = "id, scope, name, created_at, created_by, revoked_at, revoked_by, repos"
+COLUMNS = ("id, scope, name, created_at, created_by, revoked_at, revoked_by, repos, "
+           "hub_token IS NOT NULL AS has_hub_token")
 
 
 def _bump(tx):
@@ -18,15 +19,31 @@ def _row(r):
     if r is not None:
         r = dict(r)
         r["repos"] = json.loads(r["repos"]) if r["repos"] else None
+        r["has_hub_token"] = bool(r["has_hub_token"])
     return r
 
 
-def insert(tx, key_id, digest, scope, name, actor, now, repos=None):
-    """repos: the key's repo patterns as text (a list), or None for every repo."""
-    tx.execute("INSERT INTO api_keys (id, digest, scope, name, created_at, created_by, repos) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?)",
-               (key_id, digest, scope, name, now, actor, json.dumps(repos) if repos else None))
+def insert(tx, key_id, digest, scope, name, actor, now, repos=None, hub_token=None):
+    """repos: the key's repo patterns as text (a list), or None for every repo;
+    hub_token: the owner's Hub token sealed (auth/sealed.py), or None."""
+    tx.execute("INSERT INTO api_keys (id, digest, scope, name, created_at, created_by, repos, hub_token) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               (key_id, digest, scope, name, now, actor, json.dumps(repos) if repos else None, hub_token))
     _bump(tx)
+
+
+def set_hub_token(tx, key_id, sealed):
+    """Replace an active key's sealed Hub token (None removes it). -> True when the key
+    is active. No generation bump: the key table the data plane checks is unchanged."""
+    cur = tx.execute("UPDATE api_keys SET hub_token = ? WHERE id = ? AND revoked_at IS NULL",
+                     (sealed, key_id))
+    return cur.rowcount == 1
+
+
+def sealed_hub_token(tx, key_id):
+    """The sealed Hub token of an active key, or None (no token, unknown or revoked)."""
+    r = tx.one("SELECT hub_token FROM api_keys WHERE id = ? AND revoked_at IS NULL", (key_id,))
+    return r["hub_token"] if r is not None else None
 
 
 def get(tx, key_id):

@@ -67,11 +67,13 @@ def blob_id_for(etag):
 
 class Upstream:
     def __init__(self, config, session, index, store, inflight, counters, guard=None, space=None,
-                 shared=None, spawn=None, clock=time.monotonic, wall=time.time):
+                 shared=None, spawn=None, key_tokens=None, clock=time.monotonic, wall=time.time):
         """guard: the UpstreamGuard redirect targets are checked against; space: the Space
         (quota, eviction, pins); shared: the fleet's SharedTier with --shared-store;
         spawn(fn): runs fn on a fill-pool thread (extra fetchers of a fill; a new thread
-        each when None). Each is None where a test does without it."""
+        each when None); key_tokens: upstream/key_tokens.py's KeyTokens with
+        --upstream-auth client --auth required (what the Hub is sent for a client's key).
+        Each is None where a test does without it."""
         self.base = config.upstream
         self.netloc = config.upstream_netloc
         self.allowed = config.allowed_redirect_hosts()
@@ -93,6 +95,7 @@ class Upstream:
         # --upstream-auth client: the Hub decides per client (upstream/client_access.py)
         self.access = (ClientAccess(config.access_ttl, clock, wall, counters, get_logger("access"))
                        if config.upstream_auth == "client" else None)
+        self.key_tokens = key_tokens
         self._leading = threading.local()   # the flight this pool thread leads, if any
         self.c = counters
         self.clock = clock
@@ -315,6 +318,8 @@ class Upstream:
     def handle(self, job):
         kind = job.target.kind
         try:
+            if self.key_tokens is not None and job.auth is not None:
+                job.auth = self.key_tokens.upstream_auth(job.auth)   # the key's Hub token
             if self.access is not None and job.auth is not None and self.access.begin(job) is ANSWERED:
                 return
             if kind == T.RESOLVE:

@@ -3,12 +3,16 @@ own HF_TOKEN reaches the Hub, and what the Hub would answer that user is what th
 gets — huggingface_hub 2.x and 0.36.2 (hf_transfer for a big file), the `hf` CLI —
 even for files pulsys already holds because another user fetched them. A warm gated
 download inside --access-ttl asks the Hub nothing; a revoked access stops after it.
-The same users straight against the fake Hub: test_clients_direct.py."""
+With `--auth required` (ADR 0017) each user's HF_TOKEN is a pulsys key that carries
+the user's Hub token. The same users straight against the fake Hub: test_clients_direct.py."""
 
 import random
+import re
 import time
 
 import pytest
+
+from tests.auth.conftest import call
 
 from .clients import client_env, json_out, run_cli, run_client
 from .conftest import GATED, MODEL, populate
@@ -148,3 +152,60 @@ def test_service_mode_serves_what_its_own_token_reads_to_everyone(latest_venv, w
             out = download(latest_venv, srv, new_hf_home(), repo, "config.json", token)
             assert out.get("sha256") == corpus.sha256(repo, "config.json"), out
     assert {r.headers.get("authorization") for r in hub.requests if r.server == "hub"} == {"Bearer " + org}
+
+
+@pytest.fixture(scope="module")
+def keyed_server(world, pulsys_server, tmp_path_factory):
+    """--upstream-auth client --auth required: -> (server, the first start's admin key)."""
+    hub, _ = world
+    srv = pulsys_server(hub, tmp_path_factory.mktemp("pulsys-client-auth-keys"), "--upstream-auth", "client",
+                        "--auth", "required", "--access-ttl", "60")
+    with open(srv._stdout_path) as f:
+        admin = re.search(r"^export HF_TOKEN=(\S+)$", f.read(), re.M).group(1)
+    return srv, admin
+
+
+def key_with(srv, admin, hub_token):
+    """A read key carrying `hub_token` (None: no token), made through the admin API."""
+    doc = {"name": "user"} if hub_token is None else {"name": "user", "hub_token": hub_token}
+    st, _, out = call(srv.admin_url + "/api/v1/keys", "POST", admin, doc)
+    assert st == 201, out
+    return out["key"]
+
+
+@pytest.mark.parametrize("client", ["latest", "legacy"])
+def test_with_pulsys_keys_each_key_reads_what_its_owners_hub_token_may(client, request, world, keyed_server,
+                                                                      new_hf_home):
+    hub, corpus = world
+    srv, admin = keyed_server
+    venv = request.getfixturevalue(client + "_venv")
+    alice = key_with(srv, admin, user(hub, "alicekey" + client, GATED, PRIVATE))
+    bob = key_with(srv, admin, user(hub, "bobkey" + client))
+    nobody = key_with(srv, admin, None)
+    for repo in (GATED, PRIVATE):
+        out = download(venv, srv, new_hf_home(), repo, "model.safetensors", alice)
+        assert out.get("sha256") == corpus.sha256(repo, "model.safetensors"), out
+    for key in (bob, nobody):
+        out = download(venv, srv, new_hf_home(), GATED, "model.safetensors", key)
+        assert out.get("error") == "GatedRepoError", out
+        out = download(venv, srv, new_hf_home(), PRIVATE, "config.json", key)
+        assert out.get("error") == "RepositoryNotFoundError", out
+    out = download(venv, srv, new_hf_home(), MODEL, "config.json", nobody)     # public: any key
+    assert out.get("sha256") == corpus.sha256(MODEL, "config.json"), out
+    out = download(venv, srv, new_hf_home(), MODEL, "config.json", None)       # no key: pulsys says no
+    assert out.get("error") and "API key" in out.get("message", "") + out.get("cause", ""), out
+    assert not any("pulsys" in (r.headers.get("authorization") or "") for r in hub.requests)
+
+
+def test_with_pulsys_keys_snapshot_download_and_the_hf_cli(latest_venv, world, keyed_server, new_hf_home):
+    hub, corpus = world
+    srv, admin = keyed_server
+    alice = key_with(srv, admin, user(hub, "alicekeysnap", GATED))
+    bob = key_with(srv, admin, user(hub, "bobkeysnap"))
+    e = client_env(srv.url, new_hf_home(), token=alice, HF_HUB_DISABLE_IMPLICIT_TOKEN=None)
+    out = json_out(run_client(latest_venv, "snapshot_download", [GATED], e, timeout=T, check=False))
+    assert out.get("files") == corpus.expected(GATED), out
+    cp = run_cli(latest_venv, "hf", ["download", GATED, "config.json", "--format", "json"],
+                 client_env(srv.url, new_hf_home(), token=bob, HF_HUB_DISABLE_IMPLICIT_TOKEN=None),
+                 timeout=T, check=False)
+    assert cp.returncode != 0 and "requires approval" in cp.stderr, cp.stderr[-3000:]

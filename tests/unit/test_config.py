@@ -50,7 +50,7 @@ def test_bad_values_raise_config_error(values):
 
 @pytest.mark.parametrize("args", [["--listen", "x"], ["--bogus"], ["--auth", "sometimes"],
                                   ["--db", "mysql://u:secret@h/x"],
-                                  ["--revision-ttl", "abc"], ["--upstream-auth", "client"]])
+                                  ["--revision-ttl", "abc"], ["--access-ttl", "-3"]])
 def test_cli_bad_input_is_one_line_and_exit_2(args):
     p = subprocess.run([sys.executable, "-m", "pulsys"] + args, capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
@@ -91,9 +91,11 @@ def test_bad_limits_raise_config_error(values):
         build_config(values, {})
 
 
-def test_upstream_auth_client_needs_auth_off():
+def test_upstream_auth_client_with_either_auth_and_the_token_secret_file(tmp_path):
     c = build_config({"upstream_auth": "client", "auth": "off", "access_ttl": "5"}, {})
     assert c.upstream_auth == "client" and c.access_ttl == 5.0
-    with pytest.raises(ConfigError, match="--upstream-auth client needs --auth off"):
-        build_config({"upstream_auth": "client"}, {})
+    c = build_config({"upstream_auth": "client", "cache_dir": str(tmp_path)}, {})
+    assert c.auth == "required" and c.token_secret_file == str(tmp_path / "token-secret")
+    c = build_config({"cache_dir": str(tmp_path)}, {"PULSYS_TOKEN_SECRET_FILE": "/etc/pulsys/secret"})
+    assert c.token_secret_file == "/etc/pulsys/secret"
     assert build_config({}, {}).upstream_auth == "service"
