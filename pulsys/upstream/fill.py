@@ -38,12 +38,12 @@ from pulsys import metrics as M
 from pulsys.cache.inflight import RUNNING
 from pulsys.errors import CacheCorrupt, Refetching, UpstreamError
 from pulsys.upstream.ranged import Forbidden, Transient, open_range
+from pulsys.upstream.body import more_left, new_buffer, views
 from pulsys.upstream.digest import Hasher
 
 PER_FILL = 8                 # fetchers of one fill at once
 FIRST_PIECE = 8 << 20        # bytes a fetcher asks for when it starts somewhere new
 MAX_PIECE = 64 << 20         # a fetcher going on where it ended doubles its piece up to this
-CHUNK = 256 * 1024
 RESET_AFTER = 1 << 20        # an attempt that brought this many bytes resets the retry count
 RENEWALS = 3                 # new signed URLs one piece may ask for after 403s
 BACKOFF, BACKOFF_MAX = 0.1, 2.0
@@ -126,6 +126,7 @@ class FillRun:
         self.url = url            # where the body is: the CDN URL, or the URL that answered 200
         self.renew = renew        # () -> a new signed body URL, or None when URLs do not expire
         self.renew_lock = threading.Lock()
+        self.write_lock = threading.Lock()
         self.resp = resp          # that 200 answer, read by the first fetcher
         self.attempt = attempt
         self.fd = os.open(fill.part_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -134,6 +135,7 @@ class FillRun:
         self.fetchers = 1         # the first one, run() on the creating thread
         self.next_fill = None     # after a digest mismatch: the refetch's Fill
         self.ended = False
+        self.ahead = False        # run() sets it: read-ahead is due after the first response
         # the first piece is claimed before any reader hears of the fill, so readers of
         # its first bytes see them coming instead of asking for a fetcher of their own
         self.first = None
@@ -152,13 +154,15 @@ class FillRun:
                 resp.close()
             self._end_fetcher(self._commit_or_fail())
             return
-        if resp is None:
-            self._read_ahead()
+        self.ahead = resp is None          # read-ahead, once the first piece's answer is in
         self._end_fetcher(self._fetch(0, self.first[1], resp, self.first))
 
     def _read_ahead(self):
-        """Start the other fetchers of a ranged body now: one per FIRST_PIECE of it, up to
-        per_fill and what the budget allows."""
+        """Start the other fetchers of a ranged body: one per FIRST_PIECE of it, up to
+        per_fill and what the budget allows. Called when the first piece's response has
+        arrived, not before its request: seven fetchers connecting at once took the GIL
+        and the CPU from the request the client's first byte waits for."""
+        self.ahead = False
         pieces = -(-self.entry.size // FIRST_PIECE)
         for _ in range(min(self.fetchers_of.per_fill, pieces) - 1):
             if not self._add_fetcher():
@@ -197,6 +201,7 @@ class FillRun:
         """Fetch `nxt` (a claimed piece, or None), then claim and fetch pieces until none is
         left. -> the failure that ended the fill here (for a refetch decision), or None."""
         fill, piece = self.fill, None
+        buf = new_buffer()           # this fetcher's, for every piece it fetches (upstream/body.py)
         try:
             while True:
                 if nxt is None:
@@ -206,7 +211,7 @@ class FillRun:
                         return None
                 if nxt[0] != after:
                     length = FIRST_PIECE
-                piece = self._piece(nxt, resp)
+                piece = self._piece(nxt, resp, buf)
                 resp = None
                 after, length, nxt = nxt[1], min(length * 2, MAX_PIECE), None
                 if piece is None:          # this fetcher wrote the file's last missing byte
@@ -223,18 +228,18 @@ class FillRun:
             if piece is not None:
                 fill.release(piece)
 
-    def _piece(self, piece, resp):
+    def _piece(self, piece, resp, buf):
         """Fetch bytes [start, end), resuming after breaks. -> None when a write completed
         the file, else `end`: the busy piece to release (by the next claim)."""
         start, end = piece
         try:
-            complete = self._resume_until(start, end, resp)
+            complete = self._resume_until(start, end, resp, buf)
         except BaseException:
             self.fill.release(end)
             raise
         return None if complete else end
 
-    def _resume_until(self, pos, end, resp):
+    def _resume_until(self, pos, end, resp, buf):
         origin, fill, size = self.origin, self.fill, self.entry.size
         fails, renewals, complete = 0, 0, False
         while pos < end:
@@ -244,17 +249,18 @@ class FillRun:
                     url = self.url
                     try:
                         resp = open_range(origin.request, origin.host_allowed, url, pos, end, size)
+                        if self.ahead:
+                            self._read_ahead()
                     except Forbidden:
                         if self.renew is None or renewals >= RENEWALS:
                             raise
                         renewals += 1
                         self._renew(url)
                         continue
-                decode = bool(resp.headers.get("Content-Encoding", "").strip())
-                for chunk in resp.raw.stream(CHUNK, decode_content=decode):
+                for chunk in views(resp, end - pos, buf):
                     if not chunk:
                         continue
-                    if len(chunk) > end - pos:
+                    if len(chunk) > end - pos:      # urllib3's chunks: not cut at the limit
                         if resp.status_code == 206 or end == size:
                             raise CacheCorrupt("upstream sent more than the %d bytes announced" % size)
                         chunk = chunk[:end - pos]     # a 200 to a ranged request: keep our piece
@@ -266,6 +272,8 @@ class FillRun:
                         break
                 if pos < end:
                     raise Transient("upstream body ended at byte %d, piece ends at %d" % (pos, end))
+                if (resp.status_code == 206 or end == size) and more_left(resp):
+                    raise CacheCorrupt("upstream announced more than the %d bytes asked for" % (end - began))
             except _NETWORK as e:
                 fails = 1 if pos - began >= RESET_AFTER else fails + 1
                 if fails > self.retries:
@@ -295,9 +303,10 @@ class FillRun:
 
     def _write(self, pos, chunk, end):
         view, off = memoryview(chunk), pos
-        while view:
-            n = os.pwrite(self.fd, view, off)
-            view, off = view[n:], off + n
+        with self.write_lock:
+            while view:
+                n = os.pwrite(self.fd, view, off)
+                view, off = view[n:], off + n
         complete = self.fill.wrote(pos, len(chunk), end)
         self.hasher.wrote(pos, chunk, self.fill)
         self.c[self.origin.body_counter] += len(chunk)

@@ -702,8 +702,10 @@ class Upstream:
             if resp is not None:
                 resp.close()
             return self._cannot_store(job, entry.blob_id, e)
-        self._publish(entry)   # metadata first: HEADs become warm at once
+        # the client first: publishing writes the index (an fsync on disk, ms), and
+        # until it is done concurrent askers wait on the flight, as before
         job.reply(Reply(entry, fill, "fill"))
+        self._publish(entry)   # metadata before the body: HEADs become warm at once
         run.run()
 
     def prepare_refetch(self, entry):

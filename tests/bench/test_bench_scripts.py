@@ -384,3 +384,30 @@ def test_warm_bench_reads_taskset_cpu_lists():
     assert bench_warm.cpu_list("0") == [0]
     assert bench_warm.cpu_list("0,1") == [0, 1]
     assert bench_warm.cpu_list("0-2,5") == [0, 1, 2, 5]
+
+
+@pytest.mark.slow
+def test_tiny_cold_run_measures_every_server_from_an_empty_cache(tmp_path):
+    if not ensure_nginx():
+        pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get)")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_cold.py"), "--size-mib", "9", "--files", "2",
+                        "--rounds", "1", "--servers", "direct,nginx-proxy-cache,pulsys,pulsys-1-fetcher",
+                        "--cache-root", str(tmp_path), "--out-dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (json_path,) = out.glob("cold_*.json")
+    text = json_path.read_text()
+    assert ROOT not in text and str(tmp_path) not in text
+    doc = json.loads(text)
+    for key in PROVENANCE:
+        assert key in doc, key
+    assert doc["benchmark"] == "cold" and doc["cache_on"] == "disk" and doc["origin"] == "nginx"
+    rows = {r["server"]: r for r in doc["rows"]}
+    assert set(rows) == {"direct", "nginx-proxy-cache", "pulsys", "pulsys-1-fetcher"}
+    for r in rows.values():
+        assert r["mb_per_s"] > 0 and r["ttfb_ms"] > 0
+        assert r["upstream_bytes_per_byte"] == 1.0, r     # each origin byte once, for every server
+    assert rows["pulsys"]["server_cpu_s_per_gb"] > 0 and rows["direct"]["server_cpu_s_per_gb"] is None
+    assert doc["pulsys_over_nginx"] > 0
+    assert not list(tmp_path.glob("bench-cold-*"))       # every cache and the origin's files are gone

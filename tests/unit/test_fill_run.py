@@ -168,9 +168,24 @@ def test_extra_fetchers_stay_within_the_budget(tmp_path):
     assert rig.fill.state == DONE and rig.committed() == rig.blob and rig.fetchers.budget.left == 1
 
 
+class GatedBody(Body):
+    """A body whose first chunk waits at `barrier`: it flows only once that many bodies
+    are being read at once."""
+
+    def __init__(self, data, barrier):
+        super().__init__(data)
+        self.barrier = barrier
+
+    def stream(self, n, decode_content=False):
+        self.barrier.wait()
+        yield from super().stream(n, decode_content)
+
+
 class GatedOrigin(ScriptedOrigin):
-    """A ScriptedOrigin whose first `n` requests all wait until `n` are open at once:
-    answers only if that many fetchers ask concurrently (else the barrier times out)."""
+    """A ScriptedOrigin whose first `n` bodies all wait until `n` are being read at once:
+    the fill completes only if that many fetchers fetch concurrently (else the barrier
+    times out). The requests themselves answer at once: read-ahead starts the other
+    fetchers when the first piece's answer has arrived (upstream/fill.py)."""
 
     def __init__(self, blob, n):
         super().__init__(blob)
@@ -184,7 +199,7 @@ class GatedOrigin(ScriptedOrigin):
             self.threads.add(threading.get_ident())
         resp = super().request(method, url, headers)
         if first:
-            self.barrier.wait()
+            resp.raw = GatedBody(resp.raw.data, self.barrier)
         return resp
 
 
