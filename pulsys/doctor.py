@@ -2,9 +2,11 @@
 
 A pull-through cache lands a model at the speed of its slowest stage:
 
-    upstream ──► write to the cache dir ──► read back ──► serve on loopback/NIC
-   (network)     (fdatasync'd, sustained)  (cold: pages   (sendfile to a socket,
-                                             evicted)       the path reactors use)
+    upstream ──► fill ──► write to the cache dir ──► read back ──► serve on loopback/NIC
+   (network)   (pulsys's   (fdatasync'd, sustained)  (cold: pages   (sendfile to a socket,
+               own work:                               evicted)       the path reactors use)
+               receive, hash, write; a real fill
+               from a local origin, upstream/fill_ceiling.py)
 
 A node whose cache volume writes at 125 MB/s never pulls faster than that, however
 fast its network. Each stage is measured for a bounded number of bytes and seconds;
@@ -20,7 +22,7 @@ import time
 
 CHUNK = 4 << 20
 STAGES = (("write_MBps", "disk_write"), ("read_cold_MBps", "disk_read"), ("serve_MBps", "serve"),
-          ("upstream_MBps", "upstream"))
+          ("upstream_MBps", "upstream"), ("fill_MBps", "fill"))
 
 
 def _mbps(nbytes, seconds):
@@ -158,9 +160,10 @@ def verdict(results, model_bytes):
                 expected_seconds=round(model_bytes / (rate * 1e6), 1))
 
 
-def run(cache_dir, send_body, model_bytes, size=256 << 20, seconds=10.0, upstream=None):
+def run(cache_dir, send_body, model_bytes, size=256 << 20, seconds=10.0, upstream=None, fill=None):
     """All measurements on a temp file under cache_dir (removed after). `upstream`:
-    None, or (session, url, headers)."""
+    None, or (session, url, headers). `fill(cache_dir)`: the fill engine's MB/s (the
+    caller's: this module does not import the upstream plane), or None."""
     os.makedirs(cache_dir, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix=".pulsys-doctor-", dir=cache_dir)
     os.close(fd)
@@ -182,8 +185,9 @@ def run(cache_dir, send_body, model_bytes, size=256 << 20, seconds=10.0, upstrea
             up = measure_upstream(session, url, 1 << 30, seconds, headers)
     finally:
         os.unlink(path)
+    filled = fill(cache_dir) if fill is not None else None
     res = {"cache_dir": cache_dir, "test_bytes": written, "write_MBps": write, "read_cold_MBps": cold,
-           "read_warm_MBps": warm, "serve_MBps": serve, "upstream_MBps": up,
+           "read_warm_MBps": warm, "serve_MBps": serve, "upstream_MBps": up, "fill_MBps": filled,
            "network_MBps": network_MBps(), "notes": notes}
     return verdict(res, model_bytes)
 

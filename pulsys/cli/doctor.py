@@ -18,9 +18,10 @@ from pulsys.platform import PlatformFacts, load_sender
 
 _LABELS = [("write_MBps", "disk write (fdatasync'd)"), ("read_cold_MBps", "disk read, cold"),
            ("read_warm_MBps", "disk read, warm"), ("serve_MBps", "serve (sendfile, loopback)"),
-           ("upstream_MBps", "upstream"), ("network_MBps", "network link")]
+           ("upstream_MBps", "upstream"), ("fill_MBps", "fill engine (local origin)"),
+           ("network_MBps", "network link")]
 _BINDING = {"disk_write": "disk write", "disk_read": "cold disk read", "serve": "serving",
-            "upstream": "the upstream"}
+            "upstream": "the upstream", "fill": "the fill engine (receive, hash, write)"}
 
 
 PROG = "pulsys doctor"
@@ -115,7 +116,9 @@ def main(argv, environ):
         upstream = (requests.Session(), url, {"Authorization": "Bearer " + token} if token else {})
     _, sender = load_sender(PlatformFacts.probe(), None)
     try:
-        r = doctor.run(a.cache_dir, sender.send_body, a.model_size, a.size, a.seconds, upstream)
+        from pulsys.upstream import fill_ceiling
+        fill = (lambda d: fill_ceiling.measure(d, a.size, config.Config.fill_fetchers_per_file, a.seconds))
+        r = doctor.run(a.cache_dir, sender.send_body, a.model_size, a.size, a.seconds, upstream, fill)
     except PermissionError as e:
         return _fail("cannot write in %s: %s" % (a.cache_dir, e.strerror))
     except OSError as e:     # requests' errors are OSErrors too

@@ -13,7 +13,7 @@ from pulsys import doctor
 from pulsys.cli.doctor import parse_size, render
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KEYS = ("write_MBps", "read_cold_MBps", "read_warm_MBps", "serve_MBps", "upstream_MBps", "binding",
+KEYS = ("write_MBps", "read_cold_MBps", "read_warm_MBps", "serve_MBps", "upstream_MBps", "fill_MBps", "binding",
         "model_bytes", "expected_seconds")
 
 
@@ -30,7 +30,7 @@ def test_json_has_every_key_and_the_slowest_stage_binds(tmp_path, hub):
     r = json.loads(p.stdout)
     assert all(k in r for k in KEYS)
     rates = {"disk_write": r["write_MBps"], "disk_read": r["read_cold_MBps"], "serve": r["serve_MBps"],
-             "upstream": r["upstream_MBps"]}
+             "upstream": r["upstream_MBps"], "fill": r["fill_MBps"]}
     assert all(isinstance(v, float) and v > 0 for v in rates.values()), rates
     assert r["read_warm_MBps"] > 0 and r["model_bytes"] == 140 * 10**9
     assert r["binding"] == min(rates, key=rates.get)
@@ -45,6 +45,7 @@ def test_human_output_names_the_binding_stage(tmp_path):
     assert "disk write (fdatasync'd)" in p.stdout and "<- binds" in p.stdout
     assert "1.0 GB lands in about" in p.stdout
     assert "upstream" in p.stdout and "not measured" in p.stdout
+    assert "fill engine (local origin)" in p.stdout
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -77,6 +78,15 @@ def test_verdict_and_rendering():
     assert "18min 40s: disk write binds at 125.0 MB/s" in text
     assert "note: the cache dir sustains 125 MB/s" in text     # far below the 1250 MB/s link
     assert doctor.verdict({"write_MBps": None}, 1)["binding"] is None
+    r = doctor.verdict({"cache_dir": "/c", "write_MBps": 2000.0, "read_cold_MBps": 3000.0, "serve_MBps": 4000.0,
+                        "upstream_MBps": 1200.0, "fill_MBps": 450.0, "notes": []}, 45 * 10**9)
+    assert r["binding"] == "fill" and "the fill engine (receive, hash, write) binds at 450.0 MB/s" in render(r)
+
+
+def test_the_fill_ceiling_is_a_real_verified_fill(tmp_path):
+    from pulsys.upstream import fill_ceiling
+    assert fill_ceiling.measure(str(tmp_path), 20 << 20, 4, 30) > 0     # 3 pieces: read-ahead too
+    assert os.listdir(tmp_path) == []                                    # origin file and cache gone
 
 
 def test_sizes():
