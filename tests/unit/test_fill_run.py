@@ -237,3 +237,26 @@ def test_read_ahead_stays_within_per_file_and_the_budget(tmp_path):
         for fn in rig.spawned:
             fn()                  # nothing left: each gives its budget back
         assert rig.fetchers.budget.left == budget
+
+
+def test_fills_of_different_blobs_fetch_at_the_same_time(tmp_path):
+    """Two fills on two pool threads: each one's body flows only while the other's is
+    being read too (a shared barrier), so the test completes only if nothing (a lock, the
+    write lock of one fill, the hasher) serializes fills of different blobs."""
+    barrier = threading.Barrier(2, timeout=10)
+    rigs = [Rig(tmp_path / str(i), budget=0) for i in range(2)]
+
+    class Both(ScriptedOrigin):
+        def request(self, method, url, headers):
+            resp = super().request(method, url, headers)
+            resp.raw = GatedBody(resp.raw.data, barrier)
+            return resp
+    runs = [FillRun(r.fill, r.entry, "http://origin/blob", Origin(Both(r.blob).request, lambda url: False),
+                    r.cache, r.fetchers, 2, r.c, get_logger("test")) for r in rigs]
+    threads = [threading.Thread(target=run.run) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert [r.fill.state for r in rigs] == [DONE, DONE]
+    assert [r.committed() for r in rigs] == [r.blob for r in rigs]
