@@ -411,3 +411,19 @@ def test_tiny_cold_run_measures_every_server_from_an_empty_cache(tmp_path):
     assert rows["pulsys"]["server_cpu_s_per_gb"] > 0 and rows["direct"]["server_cpu_s_per_gb"] is None
     assert doc["pulsys_over_nginx"] > 0
     assert not list(tmp_path.glob("bench-cold-*"))       # every cache and the origin's files are gone
+
+
+def test_tiny_cold_floor_run_adds_up_its_parts(tmp_path):
+    if not ensure_nginx():
+        pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get)")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_cold_floor.py"), "--size-mib", "16",
+                        "--rounds", "1", "--cache-root", str(tmp_path), "--out-dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (json_path,) = out.glob("cold_floor_*.json")
+    doc = json.loads(json_path.read_text())
+    m = doc["medians"]
+    assert all(m[k] > 0 for k in ("receive", "receive_write", "receive_write_sha256", "sendfile_sender"))
+    assert m["verifying_cache_floor"] == round(m["receive_write_sha256"] + m["sendfile_sender"], 3)
+    assert not list(tmp_path.glob("bench-cold-*"))
