@@ -6,6 +6,7 @@
 #   bash scripts/bench_compare.sh                 # full default run (~30 min on 2 CPUs)
 #   bash scripts/bench_compare.sh --quick         # a few minutes
 #   bash scripts/bench_compare.sh --servers pulsys-portable,nginx-static --sizes 4K --duration 2
+#   bash scripts/bench_compare.sh --cold          # the cold section (issue 17; ~5 min)
 #
 # What it installs: pulsys into ./.venv (as scripts/serve.sh does); as root, the Debian
 # packages nginx, varnish, wrk and gcc when missing (`apt-get update` once first); olah
@@ -69,6 +70,34 @@ if ! "$BENCH_HOME/venv/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
 fi
 if "$BENCH_HOME/venv/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
     render=(--render-with "$BENCH_HOME/venv/bin/python")
+fi
+
+# --cold: the cold section instead (issue 17): scripts/bench_cold.py on tmpfs, on disk, eight
+# files at once and a CDN paced at 50 MB/s per connection, the floor under a cold byte,
+# and one chart of them all (results/<machine>/cold_<date>.svg)
+if [ "${1:-}" = "--cold" ]; then
+    shift
+    day="$(date -u +%F)"
+    disk="${PULSYS_BENCH_DISK:-/var/tmp/pulsys-bench}"
+    mkdir -p "$disk"
+    runs=(
+        "tmpfs:--size-mib 512 --rounds 3"
+        "disk:--size-mib 512 --rounds 3 --cache-root $disk"
+        "8files:--size-mib 128 --files 8 --rounds 3"
+        "paced:--size-mib 1024 --pace-mbps 50 --rounds 2 --servers direct,nginx-proxy-cache,pulsys,pulsys-1-fetcher"
+    )
+    made=()
+    for run in "${runs[@]}"; do
+        name="cold_${run%%:*}_$day.json"
+        # shellcheck disable=SC2086
+        .venv/bin/python scripts/bench_cold.py ${run#*:} --name "$name" "$@" || exit 1
+        made+=("$(.venv/bin/python -c 'import sys; sys.path.insert(0, "scripts"); import provenance, os; print(os.path.join("results", provenance.machine_label()))')/$name")
+    done
+    .venv/bin/python scripts/bench_cold_floor.py --name "cold_floor_$day.json" || exit 1
+    if [ "${#render[@]}" -gt 0 ]; then
+        "${render[1]}" scripts/render_cold.py "${made[@]}" --out "${made[0]%/*}/cold_$day.svg"
+    fi
+    exit 0
 fi
 
 exec .venv/bin/python scripts/bench_compare.py "${render[@]}" "$@"
