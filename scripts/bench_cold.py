@@ -23,7 +23,13 @@ in turn, with an empty cache:
   pulsys-1-fetcher   the same with --fill-fetchers-per-file 1: no read-ahead (not in the
                      default --servers)
 
---files N runs N curls at once, each on its own file. Per row: wall seconds and rate
+--client hf_transfer pulls with hf_transfer (the Rust client huggingface_hub 0.x hands
+files over 50 MiB to: 100 ranged connections of 10 MiB, as huggingface_hub 0.36 calls
+it), from a venv given with --hf-transfer-python (default: the test suite's
+huggingface_hub 0.36 venv under ~/.cache/pulsys-test-venvs when it is there); direct
+means the CDN URL the Hub redirects to, as huggingface_hub resolves it. Only direct and
+pulsys then (nginx proxy_cache without the slice module fetches a whole file per range).
+--files N runs N clients at once, each on its own file. Per row: wall seconds and rate
 (all bytes / the wall of the slowest client), the first client's time to first byte,
 the server's CPU seconds per GB (its whole process tree, /proc/<pid>/stat), and the
 upstream body bytes the fake CDN sent per file byte. Nothing is pinned: cold fills may
@@ -58,6 +64,50 @@ REPO = "bench/cold"
 SERVERS = ("direct", "nginx-proxy-cache", "pulsys", "pulsys-1-fetcher")
 
 
+HF_TRANSFER = """
+import sys, time, hf_transfer
+url, out, conc, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+t0 = time.monotonic()
+hf_transfer.download(url=url, filename=out, max_files=conc, chunk_size=chunk, parallel_failures=3, max_retries=5)
+print(time.monotonic() - t0)
+"""
+
+
+def hf_transfers(python, urls, sizes, work, max_time):
+    """One hf_transfer download per URL at once. -> (wall, None, bytes)."""
+    outs = [os.path.join(work, "hft-%d" % i) for i in range(len(urls))]
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([python, "-c", HF_TRANSFER, u, o, "100", str(10 << 20)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for u, o in zip(urls, outs)]
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max_time)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise SystemExit("bench_cold: error: hf_transfer took longer than %d s" % max_time)
+        if p.returncode != 0:
+            raise SystemExit("bench_cold: error: hf_transfer failed: " + err.strip()[-500:])
+    wall = time.monotonic() - t0
+    total = 0
+    for o, size in zip(outs, sizes):
+        total += os.path.getsize(o)
+        os.unlink(o)
+    return wall, None, total
+
+
+def cdn_url(hub_url, path):
+    """Where the Hub's /resolve redirects (what huggingface_hub hands hf_transfer)."""
+    import requests
+    r = requests.head(hub_url + path, allow_redirects=False, timeout=10)
+    return r.headers["Location"]
+
+
+def default_hf_transfer_python():
+    import glob
+    found = sorted(glob.glob(os.path.expanduser("~/.cache/pulsys-test-venvs/legacy-*/bin/python")))
+    return found[-1] if found else None
+
+
 def curls(urls, max_time):
     """Run one curl per URL at once. -> (wall seconds of all, first TTFB, bytes in all)."""
     fmt = "%{time_starttransfer} %{size_download} %{http_code}"
@@ -81,6 +131,7 @@ def curls(urls, max_time):
 
 class Server:
     """A cold server on a fresh cache dir: start(), url, cpu(), stop()."""
+    extra = []          # --pulsys-args
 
     def __init__(self, name, hub, root):
         self.name, self.hub = name, hub
@@ -100,6 +151,7 @@ class Server:
                    "--listeners", "1", "--log-format", "json", "--network-mbps", "0"]
             if self.name == "pulsys-1-fetcher":
                 cmd += ["--fill-fetchers-per-file", "1"]
+            cmd += self.extra
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSYS_", "HF_"))}
             env["PYTHONPATH"] = ROOT
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -196,13 +248,17 @@ def hub_with_origin(origin):
     return Hub(record_requests=False)
 
 
-def one(name, hub, origin, root, paths, sizes, max_time):
+def one(name, hub, origin, root, paths, sizes, max_time, hf_python=None):
     srv = Server(name, hub, root).start()
     try:
         hub.reset_counters()
         sent0 = origin.sent() if origin else 0
         cpu0 = srv.cpu()
-        wall, ttfb, n = curls([srv.url + p for p in paths], max_time)
+        if hf_python:
+            urls = [cdn_url(hub.url, p) if name == "direct" else srv.url + p for p in paths]
+            wall, ttfb, n = hf_transfers(hf_python, urls, sizes, srv.dir, max_time)
+        else:
+            wall, ttfb, n = curls([srv.url + p for p in paths], max_time)
         if n != sum(sizes):
             raise SystemExit("bench_cold: error: %s sent %d bytes of %d" % (name, n, sum(sizes)))
         if srv.proc is not None:
@@ -212,7 +268,7 @@ def one(name, hub, origin, root, paths, sizes, max_time):
     finally:
         srv.stop()
     row = {"server": name, "seconds": round(wall, 3), "mb_per_s": round(n / wall / MB, 1),
-           "ttfb_ms": round(ttfb * 1000, 2),
+           "ttfb_ms": round(ttfb * 1000, 2) if ttfb is not None else None,
            "server_cpu_s_per_gb": round(cpu / (n / 1e9), 3) if name != "direct" else None,
            "upstream_bytes_per_byte": round(upstream / n, 4)}
     return row
@@ -225,6 +281,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pace-mbps", type=float, default=0.0, help="per-connection CDN pace (0: none)")
     ap.add_argument("--servers", default=",".join(SERVERS[:3]), help="from %s" % ",".join(SERVERS))
+    ap.add_argument("--client", choices=("curl", "hf_transfer"), default="curl")
+    ap.add_argument("--hf-transfer-python", default=None, help="python of a venv with hf_transfer")
+    ap.add_argument("--pulsys-args", default="", help="extra pulsys flags, e.g. '--fill-fetchers-per-file 32'")
     ap.add_argument("--origin", choices=("nginx", "fake"), default="nginx",
                     help="what sends the bytes: nginx with sendfile (default) or the fake Hub's CDN")
     ap.add_argument("--cache-root", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
@@ -239,6 +298,15 @@ def main(argv=None):
                  % ",".join(SERVERS))
     if not shutil.which("curl"):
         raise SystemExit("bench_cold: error: curl is not installed")
+    hf_python = None
+    if a.client == "hf_transfer":
+        hf_python = a.hf_transfer_python or default_hf_transfer_python()
+        if not hf_python:
+            raise SystemExit("bench_cold: error: --client hf_transfer needs --hf-transfer-python (a venv with "
+                             "hf_transfer; the test suite builds one under ~/.cache/pulsys-test-venvs)")
+        if "nginx-proxy-cache" in servers:
+            servers.remove("nginx-proxy-cache")
+    Server.extra = a.pulsys_args.split()
     rng = random.Random(17)
     files = {"f%02d.safetensors" % i: b"".join(rng.randbytes(1 << 20) for _ in range(a.size_mib))
              for i in range(a.files)}
@@ -255,7 +323,7 @@ def main(argv=None):
         for rnd in range(a.rounds):
             order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
             for name in order:
-                row = dict(one(name, hub, origin, a.cache_root, paths, sizes, max_time), round=rnd)
+                row = dict(one(name, hub, origin, a.cache_root, paths, sizes, max_time, hf_python), round=rnd)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -267,7 +335,9 @@ def main(argv=None):
         mine = sorted(r["mb_per_s"] for r in rows if r["server"] == name)
         med[name] = mine[len(mine) // 2]
     doc = provenance(benchmark="cold", origin=a.origin, size_mib=a.size_mib, files=a.files, rounds=a.rounds,
-                     pace_mbps=a.pace_mbps, client="curl, one stream per file",
+                     pace_mbps=a.pace_mbps, pulsys_args=a.pulsys_args,
+                     client="curl, one stream per file" if a.client == "curl" else
+                     "hf_transfer (100 connections of 10 MiB) per file",
                      cache_on="tmpfs" if (a.cache_root or "").startswith("/dev/shm") else "disk",
                      pinning="none")
     doc["rows"] = rows
