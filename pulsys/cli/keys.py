@@ -90,8 +90,9 @@ class _Direct:
                                    cache_dir)
         try:
             url = db_url(args.db or environ.get("PULSYS_DB") or "", cache_dir)
-            # made here when absent only to seal a token now; listing and revoking need none
-            sealer = open_sealer(secret, getattr(args, "hub_token_stdin", False) or args.command == "hub-token")
+            # made here when absent only to seal a token now; the other commands need none
+            sealing = getattr(args, "hub_token_stdin", False) or (args.command == "hub-token" and not args.remove)
+            sealer = open_sealer(secret, sealing)
         except ConfigError as e:
             raise Failed(2, str(e)) from None
         self.db = Database.open(url)

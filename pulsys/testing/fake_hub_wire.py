@@ -175,8 +175,9 @@ class FakeHandler(BaseHTTPRequestHandler):
             chunk = view[sent:sent + piece]
             # counted before the write: a client that has read the whole body may ask the
             # counters at once, before this thread runs again
-            self.hub._count_body(blob_key, len(chunk), new_fetch=not self._fetch_counted)
-            new_fetch, self._fetch_counted = not self._fetch_counted, True
+            new_fetch = not self._fetch_counted
+            self.hub._count_body(blob_key, len(chunk), new_fetch=new_fetch)
+            self._fetch_counted = True
             try:
                 if chunked:
                     self.wfile.write(b"%x\r\n" % len(chunk) + bytes(chunk) + b"\r\n")

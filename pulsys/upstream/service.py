@@ -195,13 +195,21 @@ class Upstream:
         self.store.flag_suspect(entry)
         space = self.space
         pinned = entry.blob_path is not None and space is not None
-        if pinned and not space.pin(entry.blob_id):
+        evicted = pinned and not space.pin(entry.blob_id)
+        if evicted:
             entry, pinned = entry.with_blob(None), False   # evicted meanwhile: metadata only
         try:
             self.index.publish(entry)
         finally:
             if pinned:
                 space.unpin(entry.blob_id)   # the index has it now; eviction will find it there
+        if (not evicted and entry.kind == FILE and entry.blob_path is None and entry.blob_id
+                and self.store.has_blob(entry.blob_id, entry.size)):
+            # a fill committed this blob, and published it, while this metadata was on its
+            # way (a HEAD's answer racing a GET's fill): this publish replaced that entry,
+            # so put the blob back. The commit renames before it publishes, so checking
+            # after our publish cannot miss it.
+            return self._publish_entry(entry.with_blob(self.store.blob_path(entry.blob_id)))
         wall, immutable = self.wall(), entry.expires == 0
         if self.shared is not None:
             self.shared.entry_saved(entry, wall, immutable)
@@ -450,10 +458,10 @@ class Upstream:
         return job.reply(Reply(entry, None, "passthrough"))
 
     def _blob_found(self, job, e):
-        """e says its blob is not on disk, no fill of it runs, and the blob is there: e was
-        read before the fill's commit published the blob and the fill left the registry
-        after (or a HEAD's metadata replaced that entry). Serve and publish the blob; asking
-        upstream would download a body the cache holds."""
+        """e's blob is on disk: publish e with it and answer from it. From _resolve: e said
+        the blob was not there and no fill of it runs, because e was read before the fill's
+        commit published the blob and the fill left the registry after; asking upstream
+        would download a body the cache holds."""
         entry = e.with_blob(self.store.blob_path(e.blob_id))
         self._publish(entry)
         return job.reply(Reply(entry, None, "hit-blob"))
@@ -510,21 +518,14 @@ class Upstream:
                       expires=self._expires(bool(commit)))
         self.store.flag_suspect(entry)     # a reply that joins a fill is not published
         prepare(entry)
-        if self.store.has_blob(blob_id) and os.path.getsize(self.store.blob_path(blob_id)) == size:
+        if self.store.has_blob(blob_id, size):
             if resp is not None:
                 resp.close()
-            entry = entry.with_blob(self.store.blob_path(blob_id))
-            self._publish(entry)
-            return job.reply(Reply(entry, None, "hit-blob"))
+            return self._blob_found(job, entry)
         if job.method == "HEAD":
             if resp is not None:
                 resp.close()
             self._publish(entry)
-            if self.store.has_blob(blob_id, size):
-                # a GET's fill committed the blob after the check above and published it
-                # with its blob; this publish replaced that entry: put the blob back
-                entry = entry.with_blob(self.store.blob_path(blob_id))
-                self._publish(entry)
             return job.reply(Reply(entry, None, "miss"))
         # asked before the fill is registered: between join_or_create and the first
         # fetcher, every moment is one in which readers may join it
