@@ -84,15 +84,16 @@ class _Base:
                                    log=get_logger("upstream"))
         self.node_id = config.node_id or socket.gethostname()
         self.shared = None
-        session = make_session(config.fill_threads, self.guard)
+        # a connection per pool thread and per extra fetcher, kept for reuse
+        session = make_session(config.fill_threads + config.extra_fetchers(), self.guard)
         if config.shared_store:     # the fleet's bucket (docs/fleet.md): its endpoint is always allowed
             self.shared = open_tier(config, self.store, self.pool_counters, self.node_id, get_logger("shared"),
                                     session)
             self.guard.trust(self.shared.endpoint)
-        threads = PoolThreads(config.fill_threads)      # extra fetchers of a fill run on them too
+        threads = PoolThreads(config.fill_threads)      # extra fetchers of a fill run beside them
         self.service = Upstream(config, session, self.index,
                                 self.store, self.inflight, self.pool_counters, guard=self.guard,
-                                space=self.space, shared=self.shared, spawn=threads.run,
+                                space=self.space, shared=self.shared, spawn=threads.own_thread,
                                 key_tokens=KeyTokens(self.plane.keys.hub_token_of, config.access_ttl, get_logger("access"))
                                 if self.plane.keys_carry_tokens else None)
         self.pool = FillPool(self.service.handle, threads)

@@ -311,13 +311,18 @@ SETTINGS = (
             "runs in its own worker process (default: the number of CPUs)", metavar="N"),
     Setting("fill_threads", "--fill-threads", _int_range("--fill-threads", 1, 1024), "32",
             "threads that talk to upstream and write the cache", metavar="N"),
-    Setting("fill_fetchers_per_file", "--fill-fetchers-per-file", _int_range("--fill-fetchers-per-file", 1, 64),
-            "8", "most upstream connections one file's fill uses at once: a large file from the CDN "
-            "is fetched in pieces by this many at once, ahead of its readers (1: one connection, "
-            "no read-ahead)", metavar="N"),
-    Setting("fill_fetchers", "--fill-fetchers", _auto_int("--fill-fetchers", 0, 1024), "auto",
-            "most extra upstream connections (beyond one per fill) all fills use at once "
-            "(auto: half of --fill-threads; 0: one connection per fill)", metavar="N|auto"),
+    Setting("fill_read_ahead", "--fill-read-ahead", _int_range("--fill-read-ahead", 1, 256), "8",
+            "upstream connections a large file's fill opens by itself, ahead of any reader: the "
+            "file is fetched in 8 MiB pieces by this many at once, so a single-stream client is "
+            "not held to the CDN's per-connection pace (1: no read-ahead)", metavar="N"),
+    Setting("fill_fetchers_per_file", "--fill-fetchers-per-file", _int_range("--fill-fetchers-per-file", 1, 256),
+            "64", "most upstream connections one file's fill uses at once, read-ahead included: a "
+            "client reading many parts of a cold file at once (hf_transfer: 100 ranges) gets a "
+            "connection where each part waits, up to this (1: one connection per file)", metavar="N"),
+    Setting("fill_fetchers", "--fill-fetchers", _auto_int("--fill-fetchers", 0, 4096), "auto",
+            "most extra upstream connections (beyond one per fill) all fills use at once, each on "
+            "a thread of its own (auto: twice --fill-fetchers-per-file; 0: one connection per "
+            "fill)", metavar="N|auto"),
     Setting("upstream_timeout", "--upstream-timeout", _positive_float("--upstream-timeout"), "30",
             "connect and read timeout for upstream requests; a file body that stalls this long "
             "is asked for again from its last byte", metavar="SECONDS"),
@@ -380,7 +385,8 @@ class Config:
     offline: bool = False
     listeners: int = 1
     fill_threads: int = 32
-    fill_fetchers_per_file: int = 8
+    fill_read_ahead: int = 8
+    fill_fetchers_per_file: int = 64
     fill_fetchers: int = None
     upstream_timeout: float = 30.0
     fill_retries: int = 5
@@ -411,8 +417,8 @@ class Config:
                 "send_timeout": self.send_timeout}
 
     def extra_fetchers(self):
-        """--fill-fetchers, with auto resolved: half of --fill-threads (at least 1)."""
-        return max(1, self.fill_threads // 2) if self.fill_fetchers is None else self.fill_fetchers
+        """--fill-fetchers, with auto resolved: twice --fill-fetchers-per-file."""
+        return 2 * self.fill_fetchers_per_file if self.fill_fetchers is None else self.fill_fetchers
 
     def allowed_redirect_hosts(self):
         """Hosts (or host:port) that upstream redirects may lead to."""

@@ -184,7 +184,9 @@ class PerThread:
             r = self._retired
             for i, v in enumerate(c):
                 r[i] += v
-            self._lists.remove(c)
+            # by identity: list.remove compares by ==, and two threads' lists are equal
+            # whenever their counts are (all zeros, say): it would drop the wrong one
+            self._lists = [x for x in self._lists if x is not c]
 
     def __getitem__(self, i):
         try:

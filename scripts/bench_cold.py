@@ -20,6 +20,9 @@ in turn, with an empty cache:
                      redirect internally (scripts/bench_peers/nginx-proxy-cache.conf);
                      it verifies nothing
   pulsys             python -m pulsys --listeners 1, access log on; sha256-verified
+  pulsys-base        pulsys from another checkout (--base-root, e.g. a `git worktree` of
+                     an earlier commit), to compare a change in one run (not in the
+                     default --servers)
   pulsys-1-fetcher   the same with --fill-fetchers-per-file 1: no read-ahead (not in the
                      default --servers)
 
@@ -61,7 +64,7 @@ from pulsys.testing.fake_hub import FakeHub, sha256_hex  # noqa: E402
 
 MB = 1000 * 1000
 REPO = "bench/cold"
-SERVERS = ("direct", "nginx-proxy-cache", "pulsys", "pulsys-1-fetcher")
+SERVERS = ("direct", "nginx-proxy-cache", "pulsys", "pulsys-1-fetcher", "pulsys-base")
 
 
 HF_TRANSFER = """
@@ -132,6 +135,7 @@ def curls(urls, max_time):
 class Server:
     """A cold server on a fresh cache dir: start(), url, cpu(), stop()."""
     extra = []          # --pulsys-args
+    base_root = None    # --base-root: where pulsys-base runs from
 
     def __init__(self, name, hub, root):
         self.name, self.hub = name, hub
@@ -152,9 +156,10 @@ class Server:
             if self.name == "pulsys-1-fetcher":
                 cmd += ["--fill-fetchers-per-file", "1"]
             cmd += self.extra
+            root = self.base_root if self.name == "pulsys-base" else ROOT
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSYS_", "HF_"))}
-            env["PYTHONPATH"] = ROOT
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+            env["PYTHONPATH"] = root
+            self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True)
         elif self.name == "nginx-proxy-cache":
             nginx = BC.which("nginx")
@@ -248,17 +253,27 @@ def hub_with_origin(origin):
     return Hub(record_requests=False)
 
 
+def machine_ticks():
+    """(busy, all) CPU ticks of the whole machine so far (/proc/stat, every CPU)."""
+    with open("/proc/stat") as f:
+        t = [int(x) for x in f.readline().split()[1:]]
+    idle = t[3] + (t[4] if len(t) > 4 else 0)       # idle + iowait
+    return sum(t) - idle, sum(t)
+
+
 def one(name, hub, origin, root, paths, sizes, max_time, hf_python=None):
     srv = Server(name, hub, root).start()
     try:
         hub.reset_counters()
         sent0 = origin.sent() if origin else 0
         cpu0 = srv.cpu()
+        busy0 = machine_ticks()
         if hf_python:
             urls = [cdn_url(hub.url, p) if name == "direct" else srv.url + p for p in paths]
             wall, ttfb, n = hf_transfers(hf_python, urls, sizes, srv.dir, max_time)
         else:
             wall, ttfb, n = curls([srv.url + p for p in paths], max_time)
+        busy1 = machine_ticks()
         if n != sum(sizes):
             raise SystemExit("bench_cold: error: %s sent %d bytes of %d" % (name, n, sum(sizes)))
         if srv.proc is not None:
@@ -270,7 +285,9 @@ def one(name, hub, origin, root, paths, sizes, max_time, hf_python=None):
     row = {"server": name, "seconds": round(wall, 3), "mb_per_s": round(n / wall / MB, 1),
            "ttfb_ms": round(ttfb * 1000, 2) if ttfb is not None else None,
            "server_cpu_s_per_gb": round(cpu / (n / 1e9), 3) if name != "direct" else None,
-           "upstream_bytes_per_byte": round(upstream / n, 4)}
+           "upstream_bytes_per_byte": round(upstream / n, 4),
+           # every process on the machine (server, origin, clients): 1.0 = all CPUs busy
+           "machine_cpu_busy": round((busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 3)}
     return row
 
 
@@ -284,6 +301,7 @@ def main(argv=None):
     ap.add_argument("--client", choices=("curl", "hf_transfer"), default="curl")
     ap.add_argument("--hf-transfer-python", default=None, help="python of a venv with hf_transfer")
     ap.add_argument("--pulsys-args", default="", help="extra pulsys flags, e.g. '--fill-fetchers-per-file 32'")
+    ap.add_argument("--base-root", help="checkout that the pulsys-base server runs from")
     ap.add_argument("--origin", choices=("nginx", "fake"), default="nginx",
                     help="what sends the bytes: nginx with sendfile (default) or the fake Hub's CDN")
     ap.add_argument("--cache-root", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
@@ -306,7 +324,10 @@ def main(argv=None):
                              "hf_transfer; the test suite builds one under ~/.cache/pulsys-test-venvs)")
         if "nginx-proxy-cache" in servers:
             servers.remove("nginx-proxy-cache")
+    if "pulsys-base" in servers and not (a.base_root and os.path.isdir(os.path.join(a.base_root, "pulsys"))):
+        ap.error("the pulsys-base server needs --base-root, a checkout of pulsys")
     Server.extra = a.pulsys_args.split()
+    Server.base_root = a.base_root and os.path.abspath(a.base_root)
     rng = random.Random(17)
     files = {"f%02d.safetensors" % i: b"".join(rng.randbytes(1 << 20) for _ in range(a.size_mib))
              for i in range(a.files)}

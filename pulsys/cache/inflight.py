@@ -3,7 +3,9 @@
 A Fill is the shared state of one blob being written into its part file:
 
   spans   byte ranges on disk, ((start, end), ...) half-open (cache.spans)
-  busy    pieces fetchers are downloading now, ((next byte, piece end), ...)
+  busy    pieces fetchers are downloading now, ([next byte, piece end], ...): the owner's
+          are lists its fetchers hold (a piece's end moves when it is cut), a worker's
+          copy has the pairs of the last snapshot
   wanted  offsets readers wait for that no fetcher is about to reach
 
 Fetchers (upstream.fill, only in the process that owns the fill) `claim` pieces,
@@ -13,6 +15,11 @@ offset. When there are none they `wait(offset, post, fn, arg)`: `post(fn, arg)` 
 called once when bytes at that offset become readable or the fill ends. A wait for an
 offset nobody is fetching or about to fetch is also a demand: `on_demand(fill, offset)`
 is called (outside the lock, non-blocking) so the owner can start a fetcher there.
+A reader waiting inside a busy piece more than NEAR bytes ahead of its fetcher is such a
+demand too: a CDN paces each connection (the Hub's at ~50 MB/s), so a reader 40 MiB into
+another's 64 MiB piece would wait most of a second for bytes a connection of its own
+brings at once. The claim that takes its offset cuts the busy piece there (`cut`): the
+cut fetcher stops at the new end and drops its connection, the new one fetches from it.
 
 The last byte of the file is never readable before the blob is verified and committed
 (ADR 0004), and a reader of a range holds back the last byte of its range the same way
@@ -30,12 +37,17 @@ from pulsys.cache import spans as S
 
 RUNNING, DONE, FAILED = 0, 1, 2
 SPREAD = 8 << 20       # = upstream.fill.FIRST_PIECE: the piece a new fetcher starts with
-SPREAD_WAYS = 8        # = upstream.fill.PER_FILL: fetchers of one fill at once
+SPREAD_WAYS = 8        # = upstream.fill.READ_AHEAD: fetchers a fill starts by itself
+# A reader this far ahead of the fetcher of the busy piece it waits in asks for a
+# connection of its own. At least a fetcher's buffer (upstream/body.py, 1 MiB): bytes the
+# cut fetcher has read but not reported end before the cut, so no byte is written twice.
+# 4 MiB is 80 ms of a connection paced at 50 MB/s, a few ms unpaced on loopback.
+NEAR = 4 << 20
 
 
 class Fill:
     __slots__ = ("lock", "blob_id", "size", "part_path", "spans", "busy", "wanted", "state",
-                 "waiters", "entry", "error", "listeners", "final_path", "on_demand")
+                 "waiters", "entry", "error", "listeners", "final_path", "on_demand", "cuts")
 
     def __init__(self, blob_id, size, part_path):
         self.lock = threading.Lock()
@@ -52,6 +64,7 @@ class Fill:
         self.listeners = None
         self.final_path = None     # where the verified blob is renamed to (set before the rename)
         self.on_demand = None      # fn(fill, offset): start fetching at offset if possible
+        self.cuts = True           # busy pieces may be cut for readers far ahead (ranged origins)
 
     # -- readers -------------------------------------------------------------------
 
@@ -118,11 +131,12 @@ class Fill:
             self.on_demand(self, offset)
 
     def _coming(self, offset):
-        """On disk, being fetched, or the next byte of a piece (its fetcher goes on there)."""
+        """On disk, or in a busy piece (or at its end: its fetcher goes on there) at most
+        NEAR bytes ahead of its fetcher (any distance when pieces are not cut)."""
         if S.holds(self.spans, offset):
             return True
         for pos, end in self.busy:
-            if pos <= offset <= end:
+            if pos <= offset <= end and (offset - pos <= NEAR or not self.cuts):
                 return True
         return False
 
@@ -134,6 +148,17 @@ class Fill:
 
     # -- fetchers (owner process only) -------------------------------------------------
 
+    def _cut(self, offset):
+        """Cut the busy piece that holds `offset` more than NEAR bytes ahead of its
+        fetcher, so that it ends there. -> the end it had, or None (no such piece)."""
+        if self.cuts:
+            for piece in self.busy:
+                pos, end = piece
+                if pos + NEAR < offset < end:
+                    piece[1] = offset
+                    return end
+        return None
+
     def _taken(self):
         t = self.spans
         for pos, end in self.busy:
@@ -142,11 +167,13 @@ class Fill:
         return t
 
     def claim(self, release, after, length, jump_length):
-        """Drop the busy piece that ends at `release` (or None) and claim the next piece:
-        [after, after + length) when that byte is free (a fetcher goes on where it
-        ended), else the oldest wanted offset, else the first free byte (after `after`,
-        then from 0), for up to jump_length bytes. A piece ends early where bytes are on
-        disk or claimed. -> (start, end), or None when nothing is left to fetch."""
+        """Drop the busy piece `release` (what claim returned before, or None) and claim
+        the next piece: [after, after + length) when that byte is free (a fetcher goes on
+        where it ended), else the oldest wanted offset (cutting the busy piece it lies
+        far inside), else the first free byte (after `after`, then from 0), for up to
+        jump_length bytes. A piece ends early where bytes are on disk or claimed.
+        -> [start, end], a list the fill changes: start as bytes are written (`wrote`),
+        end when the piece is cut; or None when nothing is left to fetch."""
         size = self.size
         with self.lock:
             if release is not None:
@@ -154,7 +181,7 @@ class Fill:
             piece = None
             if self.state == RUNNING:
                 taken = self._taken()
-                start = None
+                start = end = None
                 if after is not None and after < size and not S.holds(taken, after):
                     start = after
                 else:
@@ -163,40 +190,44 @@ class Fill:
                         if not S.holds(taken, w):
                             start = w
                             break
+                        was = self._cut(w)
+                        if was is not None:
+                            start, end = w, min(w + length, was)
+                            break
                     if start is None:
                         start = S.first_gap(taken, after or 0, size)
                     if start is None:
                         start = S.first_gap(taken, 0, size)
                 if start is not None:
-                    end = min(start + length, S.next_start(taken, start, size))
-                    piece = (start, end)
+                    if end is None:
+                        end = min(start + length, S.next_start(taken, start, size))
+                    piece = [start, end]
                     self.busy += (piece,)
-                    self.wanted = tuple(w for w in self.wanted if w != start and not S.holds(taken, w))
+                    self.wanted = tuple(w for w in self.wanted if w != start and not self._coming(w))
         if self.listeners:
             self._tell()
         return piece
 
-    def _drop(self, end):
-        # busy pieces are disjoint and a piece is never empty when claimed, so no two
-        # busy pieces share an end
-        self.busy = tuple(p for p in self.busy if p[1] != end)
+    def _drop(self, piece):
+        self.busy = tuple(p for p in self.busy if p is not piece)
 
-    def release(self, end):
-        """The fetcher of the busy piece ending at `end` stopped."""
+    def release(self, piece):
+        """The fetcher of busy `piece` stopped."""
         with self.lock:
-            self._drop(end)
+            self._drop(piece)
         if self.listeners:
             self._tell()
 
-    def wrote(self, pos, n, end):
-        """Bytes [pos, pos + n) of the busy piece ending at `end` are on disk. -> True
-        when this write completed the file (exactly one call sees True)."""
+    def wrote(self, piece, n):
+        """The next `n` bytes of busy `piece` are on disk. -> True when this write
+        completed the file (exactly one call sees True)."""
         with self.lock:
             if self.state != RUNNING:
                 return False
+            pos = piece[0]
             before = self.spans
             self.spans = spans = S.add(before, pos, pos + n)
-            self.busy = tuple((pos + n, e) if e == end else (p, e) for p, e in self.busy)
+            piece[0] = pos + n
             complete = spans == ((0, self.size),) and before != spans
             ws = self._wake_readable() if self.waiters else ()
         for _, _, post, fn, arg in ws:
@@ -216,7 +247,7 @@ class Fill:
 
     def snapshot(self):
         with self.lock:
-            return self.spans, self.busy
+            return self.spans, tuple((p, e) for p, e in self.busy)
 
     def apply(self, spans, busy):
         """Take the owner's spans and busy pieces (a relayed snapshot)."""

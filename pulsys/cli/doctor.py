@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from pulsys import config, doctor
+from pulsys import config, doctor, log
 from pulsys.cli.base import Parser, fail
 from pulsys.config import default_cache_dir
 from pulsys.errors import ConfigError
@@ -108,6 +108,7 @@ def render(r):
 
 def main(argv, environ):
     a = make_parser(environ).parse_args(argv)
+    log.configure()          # the fill engine's warnings to stderr: stdout is the report (--json)
     url = _probe_url(a)
     upstream = None
     if url:
@@ -117,7 +118,7 @@ def main(argv, environ):
     _, sender = load_sender(PlatformFacts.probe(), None)
     try:
         from pulsys.upstream import fill_ceiling
-        fill = (lambda d: fill_ceiling.measure(d, a.size, config.Config.fill_fetchers_per_file, a.seconds))
+        fill = (lambda d: fill_ceiling.measure(d, a.size, config.Config.fill_read_ahead, a.seconds))
         r = doctor.run(a.cache_dir, sender.send_body, a.model_size, a.size, a.seconds, upstream, fill)
     except PermissionError as e:
         return _fail("cannot write in %s: %s" % (a.cache_dir, e.strerror))

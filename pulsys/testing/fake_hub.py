@@ -140,6 +140,8 @@ class FakeHub:
         self._records = []
         self._bytes = {}
         self._fetches = {}
+        self._bodies_now = {}       # blob key -> bodies being sent now, and the most at once
+        self._bodies_most = {}
         self._errors = []
         self._users = {}            # token -> {"name": ..., "repos": {(type, id), ...}} (add_user)
         self._stop_event = threading.Event()
@@ -308,6 +310,13 @@ class FakeHub:
         with self._lock:
             return self._fetches.get(key, 0)
 
+    def most_concurrent_bodies(self, blob_id):
+        """The most bodies of one blob sent at the same time (upstream connections a
+        client of this hub had open on it at once)."""
+        key = self._store.canonical_id(blob_id)
+        with self._lock:
+            return self._bodies_most.get(key, 0)
+
     def total_body_bytes(self):
         with self._lock:
             return sum(self._bytes.values())
@@ -317,6 +326,7 @@ class FakeHub:
             self._records.clear()
             self._bytes.clear()
             self._fetches.clear()
+            self._bodies_most.clear()
 
     # -- called by the handlers --------------------------------------------------
 
@@ -331,6 +341,12 @@ class FakeHub:
     def _uncount_fetch(self, blob_key):
         with self._lock:
             self._fetches[blob_key] -= 1
+
+    def _sending(self, blob_key, n):
+        with self._lock:
+            now = self._bodies_now[blob_key] = self._bodies_now.get(blob_key, 0) + n
+            if now > self._bodies_most.get(blob_key, 0):
+                self._bodies_most[blob_key] = now
 
     def _count_body(self, blob_key, nbytes, new_fetch):
         with self._lock:

@@ -148,20 +148,24 @@ class FakeHandler(BaseHTTPRequestHandler):
             payload = flipped
         view = memoryview(payload)
         self._fetch_counted = False
-        if plan.kind in ("drop", "reset", "hang"):
-            cut = min(plan.nbytes, len(view))
-            self._send_paced(view[:cut], plan, chunked, blob_key)
-            if plan.kind == "drop":
-                self.connection.shutdown(socket.SHUT_WR)
-                self.close_connection = True
-                return
-            if plan.kind == "reset":
-                self._abort_with_rst()
-                return
-            if self.hub._stop_event.wait(plan.seconds):
-                raise ConnectionAbortedError("fake hub stopping")
-            view = view[cut:]
-        self._send_paced(view, plan, chunked, blob_key)
+        self.hub._sending(blob_key, 1)
+        try:
+            if plan.kind in ("drop", "reset", "hang"):
+                cut = min(plan.nbytes, len(view))
+                self._send_paced(view[:cut], plan, chunked, blob_key)
+                if plan.kind == "drop":
+                    self.connection.shutdown(socket.SHUT_WR)
+                    self.close_connection = True
+                    return
+                if plan.kind == "reset":
+                    self._abort_with_rst()
+                    return
+                if self.hub._stop_event.wait(plan.seconds):
+                    raise ConnectionAbortedError("fake hub stopping")
+                view = view[cut:]
+            self._send_paced(view, plan, chunked, blob_key)
+        finally:
+            self.hub._sending(blob_key, -1)
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
 

@@ -37,9 +37,11 @@ def new_buffer():
     return memoryview(bytearray(BUFFER))
 
 
-def views(resp, limit, buf):
-    """Yield the body of requests.Response `resp` (streamed) as memoryviews of `buf`,
-    at most `limit` bytes in all; or, where readinto cannot be used, as urllib3's chunks."""
+def views(resp, wanted, buf):
+    """Yield the body of requests.Response `resp` (streamed) as memoryviews of `buf`, each
+    at most `wanted()` bytes (what the caller still wants, asked before every read: a
+    fill's piece can be cut short meanwhile); or, where readinto cannot be used, as
+    urllib3's chunks."""
     raw = resp.raw
     fp = getattr(raw, "_fp", None)
     encoded = bool(resp.headers.get("Content-Encoding", "").strip())
@@ -49,11 +51,13 @@ def views(resp, limit, buf):
         yield from raw.stream(len(buf), decode_content=encoded)
         return
     left, goal = fp.length, FIRST_READ
-    while limit > 0 and left > 0:
+    while left > 0:
+        limit = wanted()
+        if limit <= 0:
+            return
         cap = min(len(buf), limit, left)
         got, broke = _fill(br, buf, min(goal, cap), cap)
         left -= got
-        limit -= got
         fp.length = left
         if left == 0:
             # read to its end: the connection can serve again. Given back before the last

@@ -2,17 +2,22 @@
 
 Fetchers. The job that creates the fill runs its first fetcher on its own pool thread.
 A body from a ranged origin (the CDN, the bucket) larger than one piece starts more at
-once, ahead of any reader (read-ahead): a CDN paces each connection (the Hub's at
-~50 MB/s), so one connection would hold a single-stream client (curl, hf_hub_download
-without hf_transfer) to that rate, while N of them bring N times it. A reader that
-waits for bytes nobody is fetching (a cold Range request, hf_transfer's parallel
-chunks) makes the Fill call `on_demand`, which starts another fetcher. At most
-`per_fill` per fill (--fill-fetchers-per-file), and at most `budget` extra ones over
-all fills (--fill-fetchers), so fills never take every pool thread from metadata jobs. Each fetcher claims a piece,
+once, ahead of any reader (read-ahead, `read_ahead` of them, --fill-read-ahead): a CDN
+paces each connection (the Hub's at ~50 MB/s), so one connection would hold a
+single-stream client (curl, hf_hub_download without hf_transfer) to that rate, while N
+of them bring N times it. A reader that waits for bytes nobody is fetching (a cold
+Range request, hf_transfer's parallel chunks), or far ahead of the fetcher of the piece
+it waits in (cache.inflight.NEAR), makes the Fill call `on_demand`, which starts
+another fetcher: a client reading 100 ranges at once gets about as many connections, as
+it would going direct. At most `per_fill` per fill (--fill-fetchers-per-file), and at
+most `budget` extra ones over all fills (--fill-fetchers); extra fetchers run on threads
+of their own, never taking pool threads from metadata jobs. Each fetcher claims a piece,
 GETs exactly those bytes with `Range`, pwrites them at their offset in the shared part
 file, and claims the next piece: where it ended if that is free (pieces double up to
-MAX_PIECE, so a lone sequential fill makes few requests), else a wanted offset, else the
-first free byte. No byte is claimed twice, so upstream sends each byte once (ADR 0007).
+MAX_PIECE, so a lone sequential fill makes few requests), else a wanted offset (cutting
+the busy piece it lies far inside: that fetcher stops there and drops its connection),
+else the first free byte. No byte is claimed twice, so upstream sends each byte once
+(ADR 0007); a cut costs what was in flight on the dropped connection past the cut.
 
 Resume. A piece whose body breaks (premature EOF, reset, a stall longer than the read
 timeout, 5xx/429) is asked for again from the last byte written, after a backoff; more
@@ -41,7 +46,8 @@ from pulsys.upstream.ranged import Forbidden, Transient, open_range
 from pulsys.upstream.body import more_left, new_buffer, views
 from pulsys.upstream.digest import Hasher
 
-PER_FILL = 8                 # fetchers of one fill at once
+PER_FILL = 64                # fetchers of one fill at once, readers' included
+READ_AHEAD = 8               # fetchers a ranged fill starts by itself (the first included)
 FIRST_PIECE = 8 << 20        # bytes a fetcher asks for when it starts somewhere new
 MAX_PIECE = 64 << 20         # a fetcher going on where it ended doubles its piece up to this
 RESET_AFTER = 1 << 20        # an attempt that brought this many bytes resets the retry count
@@ -105,12 +111,14 @@ class Committer:
 
 class Fetchers:
     """Extra fetchers: `budget` (a Budget over all fills), spawn(fn), which runs fn on a
-    pool thread (RuntimeError once the pool shuts down), and per_fill, the most fetchers
-    of one fill (the first included)."""
-    __slots__ = ("budget", "spawn", "per_fill")
+    thread of its own (RuntimeError once the server shuts down), per_fill, the most
+    fetchers of one fill (the first included), and read_ahead, how many of them a ranged
+    fill starts by itself (at most per_fill)."""
+    __slots__ = ("budget", "spawn", "per_fill", "read_ahead")
 
-    def __init__(self, budget, spawn, per_fill=PER_FILL):
+    def __init__(self, budget, spawn, per_fill=PER_FILL, read_ahead=READ_AHEAD):
         self.budget, self.spawn, self.per_fill = budget, spawn, per_fill
+        self.read_ahead = min(read_ahead, per_fill)
 
 
 class FillRun:
@@ -143,6 +151,9 @@ class FillRun:
             self.first = fill.claim(None, 0, entry.size if resp is not None else FIRST_PIECE,
                                     FIRST_PIECE)
         fill.on_demand = self._on_demand
+        # a plain 200 to a request without Range (resp) carries the whole body on one
+        # connection: its piece is not cut for readers far ahead
+        fill.cuts = resp is None
 
     # -- fetchers --------------------------------------------------------------------
 
@@ -159,12 +170,12 @@ class FillRun:
 
     def _read_ahead(self):
         """Start the other fetchers of a ranged body: one per FIRST_PIECE of it, up to
-        per_fill and what the budget allows. Called when the first piece's response has
+        read_ahead and what the budget allows. Called when the first piece's response has
         arrived, not before its request: seven fetchers connecting at once took the GIL
         and the CPU from the request the client's first byte waits for."""
         self.ahead = False
         pieces = -(-self.entry.size // FIRST_PIECE)
-        for _ in range(min(self.fetchers_of.per_fill, pieces) - 1):
+        for _ in range(min(self.fetchers_of.read_ahead, pieces) - 1):
             if not self._add_fetcher():
                 return
 
@@ -211,11 +222,12 @@ class FillRun:
                         return None
                 if nxt[0] != after:
                     length = FIRST_PIECE
-                piece = self._piece(nxt, resp, buf)
-                resp = None
-                after, length, nxt = nxt[1], min(length * 2, MAX_PIECE), None
-                if piece is None:          # this fetcher wrote the file's last missing byte
+                piece, nxt = nxt, None
+                if self._resume_until(piece, resp, buf):
+                    piece = None           # this fetcher wrote the file's last missing byte
                     return self._commit_or_fail()
+                resp = None
+                after, length = piece[1], min(length * 2, MAX_PIECE)   # its end, if it was cut
         except _Stopped:
             return None
         except BaseException as e:
@@ -228,27 +240,19 @@ class FillRun:
             if piece is not None:
                 fill.release(piece)
 
-    def _piece(self, piece, resp, buf):
-        """Fetch bytes [start, end), resuming after breaks. -> None when a write completed
-        the file, else `end`: the busy piece to release (by the next claim)."""
-        start, end = piece
-        try:
-            complete = self._resume_until(start, end, resp, buf)
-        except BaseException:
-            self.fill.release(end)
-            raise
-        return None if complete else end
-
-    def _resume_until(self, pos, end, resp, buf):
+    def _resume_until(self, piece, resp, buf):
+        """Fetch the bytes of `piece` ([next byte, end], its end moved by a cut while this
+        runs), resuming after breaks. -> True when a write completed the file."""
         origin, fill, size = self.origin, self.fill, self.entry.size
         fails, renewals, complete = 0, 0, False
-        while pos < end:
+        pos = piece[0]
+        while pos < piece[1]:
             began = pos
             try:
                 if resp is None:
-                    url = self.url
+                    url, asked = self.url, piece[1]   # a cut may move piece[1] meanwhile
                     try:
-                        resp = open_range(origin.request, origin.host_allowed, url, pos, end, size)
+                        resp = open_range(origin.request, origin.host_allowed, url, pos, asked, size)
                         if self.ahead:
                             self._read_ahead()
                     except Forbidden:
@@ -257,23 +261,26 @@ class FillRun:
                         renewals += 1
                         self._renew(url)
                         continue
-                for chunk in views(resp, end - pos, buf):
+                else:
+                    asked = size if resp.status_code == 200 else piece[1]
+                ranged = resp.status_code == 206 or asked == size
+                for chunk in views(resp, lambda: piece[1] - pos, buf):
                     if not chunk:
                         continue
-                    if len(chunk) > end - pos:      # urllib3's chunks: not cut at the limit
-                        if resp.status_code == 206 or end == size:
-                            raise CacheCorrupt("upstream sent more than the %d bytes announced" % size)
-                        chunk = chunk[:end - pos]     # a 200 to a ranged request: keep our piece
+                    if len(chunk) > asked - pos and ranged:  # urllib3's chunks: not cut at the limit
+                        raise CacheCorrupt("upstream sent more than the %d bytes announced" % size)
+                    if len(chunk) > piece[1] - pos:         # a 200 to a ranged request, or a cut
+                        chunk = chunk[:piece[1] - pos]
                     if fill.state != RUNNING:
                         raise _Stopped()
-                    complete = self._write(pos, chunk, end) or complete
+                    complete = self._write(piece, chunk) or complete
                     pos += len(chunk)
-                    if pos >= end:
+                    if pos >= piece[1]:
                         break
-                if pos < end:
-                    raise Transient("upstream body ended at byte %d, piece ends at %d" % (pos, end))
-                if (resp.status_code == 206 or end == size) and more_left(resp):
-                    raise CacheCorrupt("upstream announced more than the %d bytes asked for" % (end - began))
+                if pos < piece[1]:
+                    raise Transient("upstream body ended at byte %d, piece ends at %d" % (pos, piece[1]))
+                if ranged and piece[1] == asked and more_left(resp):
+                    raise CacheCorrupt("upstream announced more than the %d bytes asked for" % (asked - began))
             except _NETWORK as e:
                 fails = 1 if pos - began >= RESET_AFTER else fails + 1
                 if fails > self.retries:
@@ -290,7 +297,7 @@ class FillRun:
                 time.sleep(min(BACKOFF_MAX, BACKOFF * 2 ** (fails - 1)))
             finally:
                 if resp is not None:
-                    resp.close()
+                    resp.close()      # a cut piece's body is not read to its end: not reused
                     resp = None
         return complete
 
@@ -301,13 +308,14 @@ class FillRun:
                 self.log.info("renewing the body URL", blob=self.entry.blob_id)
                 self.url = self.renew()
 
-    def _write(self, pos, chunk, end):
-        view, off = memoryview(chunk), pos
+    def _write(self, piece, chunk):
+        view = memoryview(chunk)
+        pos = off = piece[0]
         with self.write_lock:
             while view:
                 n = os.pwrite(self.fd, view, off)
                 view, off = view[n:], off + n
-        complete = self.fill.wrote(pos, len(chunk), end)
+        complete = self.fill.wrote(piece, len(chunk))
         self.hasher.wrote(pos, chunk, self.fill)
         self.c[self.origin.body_counter] += len(chunk)
         return complete

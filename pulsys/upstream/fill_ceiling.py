@@ -80,9 +80,10 @@ class _Origin:
                 pass
 
 
-def measure(cache_dir, size, per_fill, seconds):
+def measure(cache_dir, size, read_ahead, seconds):
     """-> MB/s of one cold fill of `size` random bytes under cache_dir (removed after),
-    or None when it did not complete within `seconds`."""
+    fetched by `read_ahead` connections as a server's fill with those settings is, or
+    None when it did not complete within `seconds`."""
     work = tempfile.mkdtemp(prefix=".pulsys-doctor-fill-", dir=cache_dir)
     origin = None
     try:
@@ -100,7 +101,7 @@ def measure(cache_dir, size, per_fill, seconds):
         store, inflight = Store(os.path.join(work, "cache")), Inflight()
         entry = Entry(FILE, "doctor", size, etag=sha, blob_id="sha256/" + sha)
         fill, _ = inflight.join_or_create(entry.blob_id, size, store.new_part_path)
-        session = make_session(per_fill + 1)
+        session = make_session(read_ahead + 1)
         request = lambda method, url, headers: session.request(method, url, headers=headers, stream=True,
                                                                allow_redirects=False, timeout=(5, seconds))
         committer = Committer(store, lambda e: None, inflight, lambda e: e, lambda e: None, lambda *a: None)
@@ -111,7 +112,7 @@ def measure(cache_dir, size, per_fill, seconds):
             threads.append(t)
             t.start()
         run = FillRun(fill, entry, origin.url, Origin(request, lambda url: False, refetches=False), committer,
-                      Fetchers(Budget(per_fill - 1), spawn, per_fill), 1, M.new(), get_logger("doctor"))
+                      Fetchers(Budget(read_ahead - 1), spawn, read_ahead, read_ahead), 1, M.new(), get_logger("doctor"))
         t0 = time.monotonic()
         run.run()
         for t in threads:

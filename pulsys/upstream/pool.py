@@ -24,16 +24,25 @@ class _Once:
 
 class PoolThreads:
     """The fill pool's threads: made first, so that the Upstream that runs its extra
-    fetchers on them (run) and the FillPool that runs Jobs on them can each be given
-    them when constructed."""
+    fetchers beside them (own_thread) and the FillPool that runs Jobs on them can each be
+    given them when constructed."""
 
     def __init__(self, threads):
         self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill")
         self.log = get_logger("pool")
+        self.closed = False
 
     def run(self, fn):
-        """Run fn() on a pool thread (extra fill fetchers). Raises RuntimeError after shutdown."""
+        """Run fn() on a pool thread. Raises RuntimeError after shutdown."""
         self.ex.submit(self._run_fn, fn)
+
+    def own_thread(self, fn):
+        """Run fn() on a new thread (an extra fetcher of a fill: a hundred of them waiting
+        on paced connections must not hold the pool's threads from metadata jobs).
+        Raises RuntimeError after shutdown."""
+        if self.closed:
+            raise RuntimeError("the fill pool is shut down")
+        threading.Thread(target=self._run_fn, args=(fn,), name="pulsys-fetcher", daemon=True).start()
 
     def _run_fn(self, fn):
         try:
@@ -42,6 +51,7 @@ class PoolThreads:
             self.log.exception("pool task failed")
 
     def shutdown(self):
+        self.closed = True
         self.ex.shutdown(wait=False, cancel_futures=True)
 
 

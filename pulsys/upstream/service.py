@@ -70,8 +70,8 @@ class Upstream:
                  shared=None, spawn=None, key_tokens=None, clock=time.monotonic, wall=time.time):
         """guard: the UpstreamGuard redirect targets are checked against; space: the Space
         (quota, eviction, pins); shared: the fleet's SharedTier with --shared-store;
-        spawn(fn): runs fn on a fill-pool thread (extra fetchers of a fill; a new thread
-        each when None); key_tokens: upstream/key_tokens.py's KeyTokens with
+        spawn(fn): runs fn on a thread of its own (extra fetchers of a fill; a plain
+        daemon thread when None); key_tokens: upstream/key_tokens.py's KeyTokens with
         --upstream-auth client --auth required (what the Hub is sent for a client's key).
         Each is None where a test does without it."""
         self.base = config.upstream
@@ -114,7 +114,8 @@ class Upstream:
                                    [fn for fn in (space and space.committed, shared and shared.blob_committed)
                                     if fn])
         self.fetchers = Fetchers(Budget(config.extra_fetchers()),   # extra fetchers, all fills
-                                 spawn or _spawn_thread, config.fill_fetchers_per_file)
+                                 spawn or _spawn_thread, config.fill_fetchers_per_file,
+                                 config.fill_read_ahead)
 
     def access_stats(self):
         """Gauges of who the Hub decides for and limits (metrics.GAUGES)."""

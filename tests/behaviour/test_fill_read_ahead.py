@@ -9,6 +9,7 @@ import concurrent.futures
 import os
 
 from pulsys.testing.fake_hub import sha256_hex
+from pulsys.cache.inflight import NEAR
 from pulsys.upstream.fill import FIRST_PIECE
 from tests.behaviour.fillcheck import blob_files, raw_get
 from tests.conftest import wait_until
@@ -87,3 +88,42 @@ def test_a_reader_far_ahead_of_the_fetchers_is_served(hub, make_server, tmp_path
         st, _, body, complete = whole.result()
         assert st == 200 and complete and body == BODY
     assert fetched_once(hub, srv) == len(BODY)
+
+
+def test_a_reader_far_inside_a_busy_piece_gets_a_connection_of_its_own(hub, make_server, tmp_path):
+    """One fetcher (no read-ahead) is paced through its first 8 MiB piece; a range
+    request for bytes far inside that piece would wait for the whole of it at one
+    connection's pace. The piece is cut where the reader waits: a second connection
+    fetches from that very byte, the first stops there, and no byte is fetched twice but
+    what was in flight on the connection the cut dropped."""
+    srv = serve(hub, make_server, tmp_path, fill_read_ahead=1)
+    hub.faults.throttle(8 * MIB)
+    far = NEAR + (FIRST_PIECE - NEAR) // 2 + 17          # 2 MiB further than NEAR from byte 0
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        whole = ex.submit(raw_get, srv.address, PATH)
+        assert wait_until(lambda: any(r == "bytes=0-%d" % (FIRST_PIECE - 1) for r in cdn_ranges(hub)), 10)
+        part = ex.submit(raw_get, srv.address, PATH, [("Range", "bytes=%d-%d" % (far, far + MIB))])
+        st, _, body, complete = part.result()
+        assert st == 206 and complete and body == BODY[far:far + MIB + 1]
+        st, _, body, complete = whole.result()
+        assert st == 200 and complete and body == BODY
+    sent = fetched_once(hub, srv)
+    assert "bytes=%d-%d" % (far, FIRST_PIECE - 1) in cdn_ranges(hub)       # its own connection
+    assert len(BODY) <= sent <= len(BODY) + MIB, sent
+    assert srv.vars()["integrity_failures"] == 0
+    assert blob_files(srv.cache_dir) == {"sha256/" + SHA: True}
+
+
+def test_many_readers_of_one_cold_file_get_connections_beyond_read_ahead_up_to_the_cap(hub, make_server, tmp_path):
+    """hf_transfer's shape: many parallel ranges of one cold file. Read-ahead alone would
+    give the fill 2 connections here; readers waiting far from every fetcher get one each,
+    so more run at once, and never more than --fill-fetchers-per-file."""
+    srv = serve(hub, make_server, tmp_path, fill_read_ahead=2, fill_fetchers_per_file=6)
+    hub.faults.throttle(8 * MIB)
+    spans = [(s, min(s + 3 * MIB, len(BODY)) - 1) for s in range(0, len(BODY), 3 * MIB)]
+    with concurrent.futures.ThreadPoolExecutor(len(spans)) as ex:
+        parts = list(ex.map(lambda sp: raw_get(srv.address, PATH, [("Range", "bytes=%d-%d" % sp)]), spans))
+    assert b"".join(p[2] for p in parts) == BODY and all(p[0] == 206 and p[3] for p in parts)
+    assert fetched_once(hub, srv) <= len(BODY) + MIB
+    assert 2 < hub.most_concurrent_bodies(SHA) <= 6
+    assert blob_files(srv.cache_dir) == {"sha256/" + SHA: True}

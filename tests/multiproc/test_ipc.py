@@ -138,9 +138,9 @@ def test_fill_listeners_see_every_change_and_none_after_the_end():
     f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
     seen = []
     assert f.add_listener(lambda fill: seen.append((fill.snapshot(), fill.readable(0), fill.state)))
-    f.claim(None, 0, 10, 10)
-    f.wrote(0, 4, 10)
-    f.wrote(4, 6, 10)
+    piece = f.claim(None, 0, 10, 10)
+    f.wrote(piece, 4)
+    f.wrote(piece, 6)
     f.finish(file_entry())
     assert seen == [(((), ((0, 10),)), 0, RUNNING), ((((0, 4),), ((4, 10),)), 4, RUNNING),
                     ((((0, 10),), ((10, 10),)), 9, RUNNING),     # last byte held back until done
@@ -160,11 +160,11 @@ def drain(parent, worker):
 def test_the_relay_sends_the_reply_snapshot_before_progress_and_stops_at_the_end():
     relays = ipc.FillRelays()
     f, _ = Inflight().join_or_create("b", 10, lambda: "/p")
-    f.claim(None, 0, 10, 10)
+    piece = f.claim(None, 0, 10, 10)
     (a, a_worker), (b, b_worker) = pair(), pair()
-    f.wrote(0, 3, 10)
+    f.wrote(piece, 3)
     relays.reply(a, 1, Reply(file_entry(), f, "fill"))
-    f.wrote(3, 3, 10)
+    f.wrote(piece, 3)
     relays.reply(b, 2, Reply(file_entry(), f, "fill-join"))
     assert relays.count() == 1
     f.fail(RuntimeError("bad hash"))

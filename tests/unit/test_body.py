@@ -66,8 +66,12 @@ def session():
 
 
 def read_all(resp, limit):
-    buf = new_buffer()
-    return b"".join(bytes(v) for v in views(resp, limit, buf))
+    """The body, asking views() for at most `limit` bytes in all, as a fill does."""
+    out, left = [], [limit]
+    for v in views(resp, lambda: left[0], new_buffer()):
+        out.append(bytes(v))
+        left[0] -= len(v)
+    return b"".join(out)
 
 
 def test_a_plain_body_comes_whole_and_its_connection_serves_the_next_request(session):
@@ -75,7 +79,7 @@ def test_a_plain_body_comes_whole_and_its_connection_serves_the_next_request(ses
     srv = Scripted([(head(len(body)), body, "keep"), (head(5), b"again", "keep")])
     try:
         r = session.get(srv.url, stream=True, timeout=5)
-        sizes = [len(v) for v in views(r, len(body), new_buffer())]
+        sizes = [len(v) for v in views(r, lambda: len(body), new_buffer())]
         assert sum(sizes) == len(body) and len(sizes) >= 3 and max(sizes) <= 1 << 20
         r.close()
         r = session.get(srv.url, stream=True, timeout=5)
@@ -89,7 +93,7 @@ def test_a_caller_that_stops_at_the_last_byte_still_gives_the_connection_back(se
     try:
         r = session.get(srv.url, stream=True, timeout=5)
         got = 0
-        for v in views(r, 300_000, new_buffer()):
+        for v in views(r, lambda: 300_000, new_buffer()):
             got += len(v)
             if got >= 300_000:
                 break                       # as the fill does once its piece is complete
@@ -100,13 +104,35 @@ def test_a_caller_that_stops_at_the_last_byte_still_gives_the_connection_back(se
         srv.close()
 
 
+def test_a_caller_that_wants_less_midway_gets_no_byte_past_it_and_the_connection_is_not_reused(session):
+    body = bytes(range(256)) * 12_000           # 3 MB
+    srv = Scripted([(head(len(body)), body, "keep"), (head(2), b"ok", "keep")])
+    try:
+        r = session.get(srv.url, stream=True, timeout=5)
+        got, end = 0, [len(body)]
+
+        def wanted():
+            return end[0] - got
+        out = []
+        for v in views(r, wanted, new_buffer()):
+            out.append(bytes(v))
+            got += len(v)
+            end[0] = min(end[0], 1_500_000)     # the piece was cut after the first view
+        assert got == 1_500_000 and b"".join(out) == body[:1_500_000]
+        r.close()
+        r = session.get(srv.url, stream=True, timeout=5)
+        assert read_all(r, 2) == b"ok" and srv.connections == 2     # a new connection
+    finally:
+        srv.close()
+
+
 def test_what_arrived_before_a_stall_is_given_before_the_timeout(session):
     srv = Scripted([(head(100_000), b"x" * 30_000, "stall")])
     try:
         r = session.get(srv.url, stream=True, timeout=(5, 0.5))
         got = []
         with pytest.raises(X.ReadTimeoutError):
-            for v in views(r, 100_000, new_buffer()):
+            for v in views(r, lambda: 100_000, new_buffer()):
                 got.append(bytes(v))
         assert b"".join(got) == b"x" * 30_000
     finally:

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 
 from pulsys import metrics as M
-from pulsys.cache.inflight import DONE, FAILED, Inflight
+from pulsys.cache.inflight import DONE, FAILED, NEAR, Inflight
 from pulsys.cache.store import Store
 from pulsys.errors import Refetching, UpstreamError
 from pulsys.log import get_logger
@@ -260,3 +260,33 @@ def test_fills_of_different_blobs_fetch_at_the_same_time(tmp_path):
         t.join(15)
     assert [r.fill.state for r in rigs] == [DONE, DONE]
     assert [r.committed() for r in rigs] == [r.blob for r in rigs]
+
+
+def test_a_piece_cut_while_its_request_is_on_the_way_ends_at_the_cut(tmp_path):
+    """A reader far inside the first piece demands a fetcher while that piece's request is
+    being answered: the new fetcher takes the bytes from the reader's offset, the first
+    stops at the cut (its answer holds more, which is not an error), and every byte lands
+    once."""
+    size = 2 * FIRST_PIECE
+    rig = Rig(tmp_path, budget=1, size=size)
+    far = NEAR + (FIRST_PIECE - NEAR) // 2 + 1000   # inside the first piece, far from byte 0
+    assert NEAR < far < FIRST_PIECE
+    first = []
+
+    class CutDuringRequest(ScriptedOrigin):
+        def request(self, method, url, headers):
+            if not first:
+                first.append(headers["Range"])
+                rig.fill.demand(far)              # the reader; its fetcher runs at once
+                assert len(rig.spawned) == 1
+                rig.spawned.pop()()
+            return super().request(method, url, headers)
+
+    rig.origin = CutDuringRequest(rig.served)
+    origin = Origin(rig.origin.request, lambda url: False)
+    FillRun(rig.fill, rig.entry, "http://origin/blob", origin, rig.cache, rig.fetchers, 2, rig.c,
+            get_logger("test")).run()
+    assert rig.fill.state == DONE and rig.committed() == rig.blob
+    assert [(a, b) for _, a, b in rig.origin.asked] == [(far, FIRST_PIECE - 1), (FIRST_PIECE, size - 1),
+                                                        (0, FIRST_PIECE - 1)]
+    assert rig.c[M.UPSTREAM_BODY_BYTES] == size and rig.c[M.INTEGRITY_FAILURES] == 0

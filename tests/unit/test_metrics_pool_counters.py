@@ -152,3 +152,26 @@ def test_worker_layout_sums_rows_and_pool_threads(tmp_path, fast_switches):
     finally:
         srv.stop()
         srv.shutdown()
+
+
+def test_a_thread_that_ends_folds_its_own_counts_not_another_threads_with_equal_counts():
+    c = M.PerThread()
+    i = M.FILL_FETCHERS
+    go_on, counted = threading.Event(), threading.Event()
+
+    def stays():
+        c[i] += 1
+        counted.set()
+        go_on.wait(10)
+        c[i] += 1                  # counted after the other thread's list was retired
+
+    t = threading.Thread(target=stays)
+    t.start()
+    counted.wait(10)
+    for _ in range(3):             # short-lived threads whose lists equal the one above
+        e = threading.Thread(target=lambda: c.__setitem__(i, c[i] + 1))
+        e.start()
+        e.join()
+    go_on.set()
+    t.join()
+    assert sum(x[i] for x in c.lists()) == 5
