@@ -225,8 +225,14 @@ class Index:
         tx.delete(k, db=db.entries)
         return True
 
-    def publish(self, entry):
-        self._write(lambda tx, off: self._put(tx, entry, off))
+    def publish(self, entry, revs=()):
+        """Write `entry`, and the (key, commit, expires, fetched_at) of `revs` in the same
+        transaction (one commit, one fsync on disk)."""
+        def put(tx, off):
+            self._put(tx, entry, off)
+            for key, commit, expires, fetched_at in revs:
+                self._put_rev(tx, off, key, commit, expires, fetched_at)
+        self._write(put)
 
     def publish_many(self, entries):
         def put_all(tx, off):
@@ -244,8 +250,10 @@ class Index:
         self.set_rev_key(rev_key(rtype, repo, rev), commit, expires, fetched_at)
 
     def set_rev_key(self, key, commit, expires, fetched_at):
-        self._write(lambda tx, off: tx.put(lkey(key), R.encode_rev(commit, expires, fetched_at, off, self.ttl),
-                                           db=self.db.revs))
+        self._write(lambda tx, off: self._put_rev(tx, off, key, commit, expires, fetched_at))
+
+    def _put_rev(self, tx, off, key, commit, expires, fetched_at):
+        tx.put(lkey(key), R.encode_rev(commit, expires, fetched_at, off, self.ttl), db=self.db.revs)
 
     def drop_rev(self, key):
         return self._write(lambda tx, off: tx.delete(lkey(key), db=self.db.revs))

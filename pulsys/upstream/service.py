@@ -183,15 +183,19 @@ class Upstream:
         return 0.0 if immutable else self.clock() + self.ttl
 
     def _publish(self, entry):
+        revs, self._leading.revs = getattr(self._leading, "revs", ()), ()
         try:
-            self._publish_entry(entry)
+            self._publish_entry(entry, revs)
         finally:
             flight = getattr(self._leading, "flight", None)
             if flight is not None:
                 flight.set()     # waiting duplicates can answer from the index now
 
-    def _publish_entry(self, entry):
+    def _publish_entry(self, entry, revs=()):
+        """Publish `entry` (and `revs`, branch -> commit records _set_rev put off, in the
+        same index transaction)."""
         if not self.negatives.cap and is_negative(entry):
+            self._write_revs(revs)
             return                  # --max-negative-entries 0: negative answers are not kept
         self.store.flag_suspect(entry)
         space = self.space
@@ -200,7 +204,7 @@ class Upstream:
         if evicted:
             entry, pinned = entry.with_blob(None), False   # evicted meanwhile: metadata only
         try:
-            self.index.publish(entry)
+            self.index.publish(entry, revs)
         finally:
             if pinned:
                 space.unpin(entry.blob_id)   # the index has it now; eviction will find it there
@@ -235,12 +239,24 @@ class Upstream:
             self.c[M.NEGATIVE_EVICTIONS] += len(gone)
 
     def _set_rev(self, rtype, repo, rev, commit):
+        """Record branch/tag -> commit. In a /resolve this thread leads, the record waits
+        for the entry's publish (one index transaction, after the client's reply: on disk
+        each transaction is an fsync, which the client's first byte should not wait for);
+        the flight ends only after both are written, so its waiters find them."""
         if not rev or T.is_commit(rev) or not T.is_commit(commit):
             return
         now_wall = self.wall()
-        self.index.set_rev(rtype, repo, rev, commit, self.clock() + self.ttl, now_wall)
+        rec = (rev_key(rtype, repo, rev), commit, self.clock() + self.ttl, now_wall)
+        if getattr(self._leading, "flight", None) is not None:
+            self._leading.revs = getattr(self._leading, "revs", ()) + (rec,)
+        else:
+            self._write_revs((rec,))
         if self.shared is not None:
-            self.shared.rev_saved(rev_key(rtype, repo, rev), rtype, repo, rev, commit, now_wall)
+            self.shared.rev_saved(rec[0], rtype, repo, rev, commit, now_wall)
+
+    def _write_revs(self, revs):
+        for key, commit, expires, fetched_at in revs:
+            self.index.set_rev_key(key, commit, expires, fetched_at)
 
     def _read_limited(self, resp, limit):
         data = resp.raw.read(limit + 1, decode_content=True)
@@ -362,8 +378,12 @@ class Upstream:
         try:
             return self._resolve(job)
         finally:
+            revs, self._leading.revs = getattr(self._leading, "revs", ()), ()
             self._leading.flight = None
-            self.flights.end(key, flight)
+            try:
+                self._write_revs(revs)     # nothing published them (an error, a redirect)
+            finally:
+                self.flights.end(key, flight)
 
     def _resolve(self, job):
         t = job.target

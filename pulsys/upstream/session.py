@@ -11,6 +11,7 @@ import sys
 
 import requests
 import requests.adapters
+import requests.auth
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
@@ -64,10 +65,38 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
         self.poolmanager.pool_classes_by_scheme = self._classes
 
 
+class _HeadersOnly(requests.auth.AuthBase):
+    """Authorization is set per request by the caller (upstream/service.py). A session
+    auth that changes nothing keeps requests from reading ~/.netrc on every request
+    (requests.Session.prepare_request does when trust_env is on and no auth is set): two
+    stats and a parse per request on the cold path, and it would send that file's
+    credentials to any host it names, CDN hosts included."""
+
+    def __call__(self, r):
+        return r
+
+
+class _NoRedirects(requests.Session):
+    """Every request pulsys makes is sent with allow_redirects=False: redirects are
+    followed by hand, to allowed hosts only (upstream/ranged.py, service.py). For such a
+    request whose answer is a redirect, requests.Session.send still prepares the next
+    request (for Response.next, which pulsys never reads): it reads the redirect's body,
+    copies the request, and looks up ~/.netrc, cookies and proxy variables again, about
+    1 ms of the GIL on the cold path of every /resolve (its answer is a 302 for every LFS
+    file). So this session prepares no next request; it only reads the redirect's body,
+    as requests does, so that its connection goes back to the pool."""
+
+    def resolve_redirects(self, resp, req, **kwargs):
+        if resp.is_redirect:
+            resp.content      # noqa: B018 (reads and keeps the body; the connection is free)
+        return iter(())
+
+
 def make_session(pool_size, guard=None):
     """guard: an upstream.guard.UpstreamGuard every direct connection goes through."""
-    s = requests.Session()
+    s = _NoRedirects()
     s.trust_env = True  # HTTPS_PROXY / NO_PROXY as users expect from a CLI tool
+    s.auth = _HeadersOnly()
     kw = dict(pool_connections=16, pool_maxsize=pool_size, max_retries=0)
     adapter = (_GuardedAdapter(guard, **kw) if guard is not None
                else requests.adapters.HTTPAdapter(**kw))

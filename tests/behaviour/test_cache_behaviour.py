@@ -253,6 +253,29 @@ def test_client_token_is_never_forwarded_and_server_token_is_used(make_server):
         hub.stop()
 
 
+def test_netrc_credentials_reach_no_upstream_host(make_server, tmp_path, monkeypatch):
+    """requests reads ~/.netrc (or $NETRC) for every request of a session that trusts the
+    environment, and sends its login as Basic auth, over the Hub token too. pulsys sets
+    Authorization itself: a netrc naming the Hub's and the CDN's host changes nothing."""
+    from pulsys.testing.fake_hub import FakeHub
+    hub = FakeHub(token="hf_server").start()
+    try:
+        netrc = tmp_path / "netrc"
+        netrc.write_text("machine 127.0.0.1 login someone password secret\n"
+                         "machine localhost login someone password secret\n")
+        netrc.chmod(0o600)
+        monkeypatch.setenv("NETRC", str(netrc))
+        hub.add_repo("org/priv", files={"w.safetensors": b"n" * 5000}, lfs={"w.safetensors"}, private=True)
+        srv = make_server(hub, hf_token="hf_server")
+        r = get(srv, "/org/priv/resolve/main/w.safetensors")
+        assert r.status_code == 200 and r.content == b"n" * 5000
+        assert {rec.headers.get("authorization") for rec in hub.requests if rec.server == "hub"} == {"Bearer hf_server"}
+        assert [rec for rec in hub.requests if rec.server == "cdn"]
+        assert all("authorization" not in rec.headers for rec in hub.requests if rec.server == "cdn")
+    finally:
+        hub.stop()
+
+
 def test_upstream_is_asked_for_identity_and_clients_get_raw_bytes(hub, repo, make_server):
     srv = make_server(hub)
     loc = get(srv, "/org/m/resolve/main/config.json", allow_redirects=False).headers["Location"]
