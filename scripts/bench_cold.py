@@ -371,7 +371,7 @@ def main(argv=None):
         mine = sorted(r["mb_per_s"] for r in rows if r["server"] == name)
         med[name] = mine[len(mine) // 2]
     doc = provenance(benchmark="cold", origin=a.origin, size_mib=a.size_mib, files=a.files, rounds=a.rounds,
-                     pace_mbps=a.pace_mbps, pulsys_args=a.pulsys_args,
+                     pace_mbps=a.pace_mbps, pulsys_args=a.pulsys_args, one_at_a_time=a.one_at_a_time,
                      client="curl, one stream per file" if a.client == "curl" else
                      "hf_transfer (100 connections of 10 MiB) per file",
                      cache_on="tmpfs" if (a.cache_root or "").startswith("/dev/shm") else "disk",

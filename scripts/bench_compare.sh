@@ -73,18 +73,30 @@ if "$BENCH_HOME/venv/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
 fi
 
 # --cold: the cold section instead (issue 17): scripts/bench_cold.py on tmpfs, on disk, eight
-# files at once and a CDN paced at 50 MB/s per connection, the floor under a cold byte,
-# and one chart of them all (results/<machine>/cold_<date>.svg)
+# files at once, a CDN paced at 50 MB/s per connection (curl, and hf_transfer at 50 and 5
+# MB/s), the TTFB of thirty small cold files one after another, the floor under a cold
+# byte, and one chart of them all (results/<machine>/cold_<date>.svg). hf_transfer (PyPI)
+# goes into a venv of its own under $BENCH_HOME.
 if [ "${1:-}" = "--cold" ]; then
     shift
     day="$(date -u +%F)"
     disk="${PULSYS_BENCH_DISK:-/var/tmp/pulsys-bench}"
     mkdir -p "$disk"
+    hft="$BENCH_HOME/hf-transfer-venv/bin/python"
+    if ! "$hft" -c 'import hf_transfer' >/dev/null 2>&1; then
+        say "installing hf_transfer (PyPI) into $BENCH_HOME/hf-transfer-venv"
+        rm -rf "$BENCH_HOME/hf-transfer-venv"
+        { "$PY" -m venv "$BENCH_HOME/hf-transfer-venv" && "$BENCH_HOME/hf-transfer-venv/bin/pip" install -q hf_transfer==0.1.9; } \
+            >/dev/null 2>&1 || { say "installing hf_transfer failed"; exit 1; }
+    fi
     runs=(
         "tmpfs:--size-mib 512 --rounds 3"
         "disk:--size-mib 512 --rounds 3 --cache-root $disk"
         "8files:--size-mib 128 --files 8 --rounds 3"
         "paced:--size-mib 1024 --pace-mbps 50 --rounds 2 --servers direct,nginx-proxy-cache,pulsys,pulsys-1-fetcher"
+        "hftransfer_paced:--client hf_transfer --hf-transfer-python $hft --size-mib 1024 --pace-mbps 50 --rounds 3 --servers direct,pulsys"
+        "hftransfer_slowcdn:--client hf_transfer --hf-transfer-python $hft --size-mib 256 --pace-mbps 5 --rounds 3 --servers direct,pulsys"
+        "ttfb:--size-mib 1 --files 30 --one-at-a-time --rounds 3"
     )
     made=()
     for run in "${runs[@]}"; do

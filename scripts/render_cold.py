@@ -19,7 +19,9 @@ COLORS = {"direct": "#7f7f7f", "nginx-proxy-cache": "#2ca02c", "pulsys": "#1f77b
 def run_label(doc):
     where = doc.get("cache_on", "?")
     pace = " CDN %g MB/s/conn" % doc["pace_mbps"] if doc.get("pace_mbps") else ""
-    return "%d x %d MiB, %s%s" % (doc["files"], doc["size_mib"], where, pace)
+    how = " hf_transfer" if str(doc.get("client", "")).startswith("hf_transfer") else ""
+    when = " one at a time" if doc.get("one_at_a_time") else ""
+    return "%d x %d MiB, %s%s%s%s" % (doc["files"], doc["size_mib"], where, pace, how, when)
 
 
 def stats(doc, server, key):
