@@ -36,6 +36,7 @@ from pulsys.testing.fake_hub_cdn import CdnHandler, CdnSigner
 from pulsys.testing.fake_hub_faults import Faults
 from pulsys.testing.fake_hub_routes import HubHandler
 from pulsys.testing.fake_hub_store import RepoStore, git_blob_sha1, sha256_hex
+from pulsys.testing.fake_hub_xet import XetStore, XorbSigner
 
 __all__ = ["FakeHub", "Faults", "RequestRecord", "git_blob_sha1", "sha256_hex"]
 
@@ -136,6 +137,16 @@ class FakeHub:
         self._monotonic = time.monotonic
         self._store = RepoStore(clock)
         self._signer = CdnSigner(os.urandom(32), clock)
+        # Xet (fake_hub_xet.py): the CAS behind the CDN host; tokens the token route issued
+        self._xet = XetStore()
+        self._xorb_signer = XorbSigner(os.urandom(32), clock)
+        self._xet_tokens = {}       # token -> (repo type, repo id, expires)
+        self.xet_token_ttl = 3600   # seconds; may be changed at any time
+        self.xorb_url_ttl = 3600    # seconds a signed xorb URL stays valid
+        # the bridge (plain HTTP of a Xet file) refuses files larger than this, as the Hub's
+        # does above 50 GB (xet-protocol.md §1); None: no limit
+        self.bridge_limit = None
+        self._xorb_bytes = 0
         self._lock = threading.Lock()
         self._records = []
         self._bytes = {}
@@ -317,6 +328,40 @@ class FakeHub:
         with self._lock:
             return self._bodies_most.get(key, 0)
 
+    def xorb_bytes(self):
+        """Xorb bytes the CAS sent (every xorb, every client)."""
+        with self._lock:
+            return self._xorb_bytes
+
+    def xet_store(self, file_hash):
+        """The XetStore holding the file with this Xet hash (built on first use), or None."""
+        if file_hash not in self._xet.files:
+            blob = self._store.blob_by_xet(file_hash)
+            if blob is None:
+                return None
+            self._xet.add(file_hash, blob.data)
+        return self._xet
+
+    def _xet_token_issued(self, token, repo, expires):
+        with self._lock:
+            self._xet_tokens[token] = (repo.type, repo.id, expires)
+
+    def _xet_token_reads(self, token, file_hash):
+        """May a CAS request with this token read this file? -> None, or why not."""
+        with self._lock:
+            t = self._xet_tokens.get(token)
+        if t is None:
+            return "unknown token"
+        if t[2] < self._clock():
+            return "token expired"
+        if not self._store.repo_has_xet(t[0], t[1], file_hash):
+            return "token is not for this file's repo"
+        return None
+
+    def _count_xorb(self, n):
+        with self._lock:
+            self._xorb_bytes += n
+
     def total_body_bytes(self):
         with self._lock:
             return sum(self._bytes.values())
@@ -327,6 +372,7 @@ class FakeHub:
             self._bytes.clear()
             self._fetches.clear()
             self._bodies_most.clear()
+            self._xorb_bytes = 0
 
     # -- called by the handlers --------------------------------------------------
 

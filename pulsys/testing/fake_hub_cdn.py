@@ -15,6 +15,7 @@ import json
 from urllib.parse import parse_qs, quote_plus
 
 from pulsys.testing.fake_hub_wire import FakeHandler, content_disposition, parse_range
+from pulsys.testing.fake_hub_xet import to_json
 
 _SIG = "&Signature="
 _KEY_PAIR_ID = "K3FAKEHUBKEYPAIR"
@@ -79,8 +80,10 @@ class CdnHandler(FakeHandler):
     def route(self):
         path = self.raw_path
         if path.startswith(("/v1/", "/v2/")):
-            # Xet CAS endpoints: present so a client that tries Xet fails loudly and is counted (§5).
-            self.send_json(404, {"error": "not found: the fake CDN does not implement Xet CAS"})
+            self.cas()
+            return
+        if path.startswith("/xorbs/"):
+            self.xorb(path[len("/xorbs/"):])
             return
         parts = path.split("/")
         if len(parts) != 5 or parts[1] != "repos" or self.command not in ("GET", "HEAD"):
@@ -94,6 +97,12 @@ class CdnHandler(FakeHandler):
         if blob is None:
             self.send_simple(404, [("Content-Type", "application/xml")],
                              _xml_error("NoSuchKey", "The specified key does not exist."))
+            return
+        limit = self.hub.bridge_limit
+        if blob.xet_hash is not None and limit is not None and blob.size > limit:
+            # the Hub's bridge serves Xet files over plain HTTP up to a size (§1)
+            self.send_simple(400, [("Content-Type", "application/xml")],
+                             _xml_error("EntityTooLarge", "this file is served over Xet only"))
             return
         params = parse_qs(self.raw_query)
         headers = [
@@ -115,6 +124,65 @@ class CdnHandler(FakeHandler):
             start, end = span
             headers.append(("Content-Range", "bytes %d-%d/%d" % (start, end, blob.size)))
             self.send_blob(206, headers, memoryview(blob.data)[start:end + 1], blob.sha256)
+
+    # -- Xet CAS (fake_hub_xet.py, xet-protocol.md §3-§4) ---------------------------------
+
+    def cas(self):
+        parts = self.raw_path.split("/")
+        if self.command == "POST" and self.raw_path == "/v1/telemetry":
+            self.send_json(200, {})
+            return
+        if len(parts) != 4 or parts[2] != "reconstructions" or self.command != "GET":
+            self.send_json(404, {"error": "not found"})
+            return
+        version, file_hash = int(parts[1][1:]), parts[3]
+        auth = self.headers.get("Authorization", "")
+        why = self.hub._xet_token_reads(auth[len("Bearer "):], file_hash) if auth.startswith("Bearer ") \
+            else "no token"
+        if why is not None:
+            self.send_json(401, {"error": why})
+            return
+        store = self.hub.xet_store(file_hash)
+        if store is None:
+            self.send_json(404, {"error": "no such file"})
+            return
+        size = store.size(file_hash)
+        span = parse_range(self.headers.get("Range"), size)
+        if span == "unsatisfiable" or size == 0:
+            self.send_simple(416, [("Content-Range", "bytes */%d" % size)])
+            return
+        first, last = span if span is not None else (0, size - 1)
+        cdn = self.hub.cdn_url
+        answer = store.reconstruction(file_hash, first, last, version,
+                                      lambda xh: self.hub._xorb_signer.url(cdn, xh, self.hub.xorb_url_ttl))
+        body = to_json(answer)
+        self.send_simple(200, [("Content-Type", "application/json")], body)
+
+    def xorb(self, xorb_hash):
+        if self.command not in ("GET", "HEAD"):
+            self.send_json(405, {"error": "GET only"})
+            return
+        why = self.hub._xorb_signer.check(xorb_hash, self.raw_query)
+        if why is not None:
+            self._deny(why)       # hf_xet asks the reconstruction again for new URLs
+            return
+        x = self.hub._xet.xorbs.get(xorb_hash)
+        if x is None:
+            self.send_simple(404, [("Content-Type", "application/xml")],
+                             _xml_error("NoSuchKey", "The specified key does not exist."))
+            return
+        span = parse_range(self.headers.get("Range"), len(x.data))
+        if span == "unsatisfiable":
+            self.send_simple(416, [("Content-Range", "bytes */%d" % len(x.data))])
+            return
+        start, end = span if span is not None else (0, len(x.data) - 1)
+        body = x.data[start:end + 1]
+        headers = [("Content-Type", "application/octet-stream")]
+        if span is not None:
+            headers.append(("Content-Range", "bytes %d-%d/%d" % (start, end, len(x.data))))
+        if self.command == "GET":
+            self.hub._count_xorb(len(body))
+        self.send_simple(206 if span is not None else 200, headers, body)
 
     def _deny(self, message):
         self.send_simple(403, [("Content-Type", "application/xml")], _xml_error("AccessDenied", message))

@@ -13,6 +13,7 @@ owns nothing (private -> 404, gated -> 403).
 
 import base64
 import hashlib
+import os
 import json
 from urllib.parse import parse_qs, quote, unquote
 
@@ -305,7 +306,7 @@ class HubHandler(FakeHandler):
         elif action == "paths-info":
             self.api_paths_info(commit)
         else:
-            self.xet_read_token()
+            self.xet_read_token(repo)
 
     def api_info(self, repo, commit):
         blobs = _flag(parse_qs(self.raw_query), "blobs")
@@ -389,9 +390,12 @@ class HubHandler(FakeHandler):
             paths = [paths]
         self.send_json(200, paths_info(commit, paths, self.hub.xet, expand))
 
-    def xet_read_token(self):
-        expires = int(self.hub._clock() + 3600)
-        token = "fake-xet-" + hashlib.sha1(b"%d" % expires).hexdigest()
+    def xet_read_token(self, repo):
+        """A CAS token for this repo (xet-protocol.md §2): headers for huggingface_hub, JSON
+        for hf_xet's own refresh. The CAS answers it only for that repo's files."""
+        expires = int(self.hub._clock() + self.hub.xet_token_ttl)
+        token = "fake-xet-" + hashlib.sha256(os.urandom(16)).hexdigest()[:40]
+        self.hub._xet_token_issued(token, repo, expires)
         self.send_json(200, {"casUrl": self.hub.cdn_url, "accessToken": token, "exp": expires},
                        [("X-Xet-Cas-Url", self.hub.cdn_url), ("X-Xet-Access-Token", token),
                         ("X-Xet-Token-Expiration", str(expires))])

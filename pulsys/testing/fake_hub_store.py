@@ -284,6 +284,21 @@ class RepoStore:
         with self._lock:
             return self._blobs.get((sha256, True)) or self._blobs.get((sha256, False))
 
+    def blob_by_xet(self, xet_hash):
+        """The LFS blob whose Xet hash this is, or None."""
+        with self._lock:
+            for (_, lfs), blob in self._blobs.items():
+                if lfs and blob.xet_hash == xet_hash:
+                    return blob
+        return None
+
+    def repo_has_xet(self, repo_type, repo_id, xet_hash):
+        """Does any commit of the repo hold a file with this Xet hash?"""
+        with self._lock:
+            repo = self._repos.get((repo_type, repo_id))
+            return repo is not None and any(
+                b.xet_hash == xet_hash for c in repo.commits.values() for b in c.files.values())
+
     def canonical_id(self, blob_id):
         """Map any id a test may hold (sha256, git sha1, pointer oid) to the counter key."""
         blob_id = blob_id.strip('"').lower()

@@ -7,7 +7,8 @@ This proves the fake behaves like the Hub for huggingface_hub 2.x and
   pagination, hf_transfer, error classes.
 * ``xet_hub`` (xet=True): what an unmodified Hub answer does to clients that
   have hf_xet installed — they go to Xet (token + CAS), never to the CDN, and
-  fail against the fake's CAS. This is the behaviour pulsys must suppress.
+  download from the fake's CAS (pulsys/testing/fake_hub_xet.py). pulsys, which
+  strips the Xet signals, must keep them on plain HTTP.
 """
 
 import hashlib
@@ -213,26 +214,26 @@ def test_per_user_access_to_gated_and_private_repos(client, request, http_hub, n
 
 
 @pytest.mark.parametrize("client", ["latest", "legacy"])
-def test_xet_signals_make_clients_use_xet(client, request, xet_hub, new_hf_home):
-    """Truthful behaviour against an unfiltered Xet-enabled answer: with hf_xet
-    installed the client asks for a Xet read token and calls the CAS
-    (/v2 then /v1 reconstructions), never the CDN Location — and, the fake
-    CAS being a 404, the download fails. pulsys must hide these signals."""
+def test_xet_clients_download_byte_exact_from_the_fake_cas(client, request, xet_hub, new_hf_home):
+    """The fake Hub speaks Xet (pulsys/testing/fake_hub_xet.py): with hf_xet installed the
+    client asks for a read token, then the CAS's reconstruction (/v2, or /v1 for older
+    hf_xet) and xorb ranges behind signed URLs, never the CDN's plain-HTTP URL, and gets
+    the file byte-exact (its chunks are LZ4 frames where that is smaller, as the Hub's)."""
     hub, corpus = xet_hub
     venv = request.getfixturevalue(client + "_venv")
     hub.reset_counters()
-    out = _download(venv, hub, new_hf_home(), MODEL, "model.safetensors", check=False)
-    assert "error" in out, "a Xet download cannot succeed against the fake CAS: %r" % out
-    assert "reconstruction" in out["message"].lower(), out
-    assert hub.count("GET", "/xet-read-token/", server="hub") == 1
+    out = _download(venv, hub, new_hf_home(), MODEL, "model.safetensors",
+                    env_extra={"HF_XET_TELEMETRY_ENABLED": "false"})
+    assert out["sha256"] == corpus.sha256(MODEL, "model.safetensors"), out
+    assert out["client"]["hf_xet"] and not out["client"]["xet_disabled"]
+    assert hub.count("GET", "/xet-read-token/", server="hub") >= 1
     assert hub.count("GET", "/reconstructions/", server="cdn") >= 1
     assert hub.count(None, "/repos/", server="cdn") == 0  # the plain-HTTP CDN URL was never used
-    assert hub.total_body_bytes() == 0
+    assert hub.xorb_bytes() > 0 and hub.total_body_bytes() == 0
 
     # A regular file has no Xet data: plain HTTP works.
     out = _download(venv, hub, new_hf_home(), MODEL, "config.json")
     assert out["sha256"] == corpus.sha256(MODEL, "config.json")
-    assert out["client"]["hf_xet"] and not out["client"]["xet_disabled"]
 
 
 def test_xet_metadata_and_disable_switch(latest_venv, xet_hub, new_hf_home):
@@ -251,13 +252,16 @@ def test_xet_metadata_and_disable_switch(latest_venv, xet_hub, new_hf_home):
 
 
 def test_latest_snapshot_with_xet_tree_skips_resolve(latest_venv, xet_hub, new_hf_home):
-    """2.x trusts the /tree xetHash and goes straight to Xet for LFS files:
-    no /resolve HEAD for them at all (hf-protocol.md §5)."""
+    """2.x trusts the /tree xetHash and goes straight to Xet for LFS files: no /resolve
+    HEAD for them at all (hf-protocol.md §5); the snapshot is byte-exact from the CAS."""
     hub, corpus = xet_hub
     hub.reset_counters()
-    cp = run_client(latest_venv, "snapshot_download", [MODEL], client_env(hub.url, new_hf_home()),
-                    timeout=T, check=False)
+    cp = run_client(latest_venv, "snapshot_download", [MODEL],
+                    client_env(hub.url, new_hf_home(), HF_XET_TELEMETRY_ENABLED="false"), timeout=T)
     out = json_out(cp)
-    assert "error" in out, out
+    assert out["files"] == corpus.expected(MODEL)
     assert hub.count("GET", "/xet-read-token/", server="hub") >= 1
     assert hub.count("HEAD", "/resolve/%s/model.safetensors" % corpus.shas[MODEL]["initial"]) == 0
+    assert hub.xorb_bytes() > 0
+
+

@@ -1,10 +1,11 @@
 """The real clients through pulsys: client -> pulsys -> fake hub.
 
 The fake hub runs with ``xet=True``, like the live Hub: every LFS answer and
-/tree entry carries Xet signals, and the clients have hf_xet installed. A
-download only succeeds over plain HTTP if pulsys strips those signals
-(hf-protocol.md §5, §7.8), so every test also checks that the hub never saw a
-Xet token or CAS request.
+/tree entry carries Xet signals, and the clients have hf_xet installed. Through
+pulsys they must download over plain HTTP, which they do only if pulsys strips
+those signals (hf-protocol.md §5, §7.8; the fake hub's CAS would serve them
+otherwise), so every test also checks that the hub never saw a Xet token or CAS
+request.
 
 Scenarios (hf-protocol.md):
 1. latest 2.x: hf_hub_download (regular, LFS), snapshot_download (model,

@@ -1,0 +1,138 @@
+"""The fake Hub's Xet CAS (pulsys/testing/fake_hub_xet.py) over real sockets, read the way
+hf_xet reads it (xet-protocol.md §3-§5): a token from the repo's token route, a
+reconstruction for a byte range, xorb ranges from signed URLs, chunks decoded. The
+real hf_xet is run against it in tests/integration/test_clients_direct.py."""
+
+import os
+import random
+
+import pytest
+import requests
+
+from pulsys.testing.fake_hub import FakeHub
+from pulsys.testing.fake_hub_xet import CHUNK, LZ4, NONE, chunk_list, encode_chunk
+
+PATH = "/org/m/resolve/main/model.safetensors"
+
+
+@pytest.fixture
+def hub():
+    now = [1_800_000_000.0]
+    h = FakeHub(clock=lambda: now[0]).start()
+    h.now = now
+    yield h
+    h.stop()
+
+
+def token(hub, repo="org/m"):
+    return requests.get(hub.url + "/api/models/%s/xet-read-token/main" % repo, timeout=10).json()
+
+
+def xet_hash(hub, path=PATH):
+    return requests.head(hub.url + path, allow_redirects=False, timeout=10).headers["X-Xet-Hash"]
+
+
+def fetch(hub, tok, file_hash, version, first=None, last=None):
+    """Bytes [first, last] of the file as a client rebuilds them, and the answer."""
+    h = {"Authorization": "Bearer " + tok["accessToken"]}
+    if first is not None:
+        h["Range"] = "bytes=%d-%d" % (first, last)
+    r = requests.get("%s/v%d/reconstructions/%s" % (tok["casUrl"], version, file_hash), headers=h, timeout=10)
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    out = []
+    for t in rec["terms"]:
+        a, b = t["range"]["start"], t["range"]["end"]
+        if version == 1:
+            e = [f for f in rec["fetch_info"][t["hash"]] if f["range"]["start"] <= a and b <= f["range"]["end"]][0]
+            url, span, c0 = e["url"], (e["url_range"]["start"], e["url_range"]["end"]), e["range"]["start"]
+        else:
+            (entry,) = rec["xorbs"][t["hash"]]
+            rr = [x for x in entry["ranges"] if x["chunks"]["start"] <= a and b <= x["chunks"]["end"]][0]
+            url, span, c0 = entry["url"], (rr["bytes"]["start"], rr["bytes"]["end"]), rr["chunks"]["start"]
+        x = requests.get(url, headers={"Range": "bytes=%d-%d" % span}, timeout=10)   # no Authorization
+        assert x.status_code == 206 and len(x.content) == span[1] - span[0] + 1
+        data = b"".join(chunk_list(x.content)[a - c0:b - c0])
+        assert len(data) == t["unpacked_length"]          # exact, as the client requires
+        out.append(data)
+    return b"".join(out)[rec["offset_into_first_range"]:], rec
+
+
+def test_a_chunk_is_a_header_and_lz4_where_smaller():
+    text, noise = b"abc" * 20000, os.urandom(20000)
+    for data, scheme in ((text, LZ4), (noise, NONE)):
+        wire = encode_chunk(data)
+        assert wire[0] == 0 and wire[4] == scheme
+        assert int.from_bytes(wire[5:8], "little") == len(data)
+        assert int.from_bytes(wire[1:4], "little") == len(wire) - 8
+        assert chunk_list(wire + wire) == [data, data]
+    assert len(encode_chunk(text)) < len(text) // 10
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_any_range_rebuilds_exactly_from_the_chunks_that_overlap_it(hub, version):
+    rng = random.Random(version)
+    data = b"".join([b"weights " * 40000, os.urandom(700_000), b"\0" * 300_000])   # LZ4 and raw chunks
+    hub.add_repo("org/m", files={"model.safetensors": data}, lfs={"model.safetensors"})
+    tok, fh = token(hub), xet_hash(hub)
+    whole, rec = fetch(hub, tok, fh, version)
+    assert whole == data and rec["offset_into_first_range"] == 0
+    for _ in range(25):
+        first = rng.randrange(len(data))
+        last = min(len(data) - 1, first + rng.choice((0, 1, 5000, CHUNK, 3 * CHUNK + 7, 10 ** 6)))
+        got, rec = fetch(hub, tok, fh, version, first, last)
+        assert got[:last - first + 1] == data[first:last + 1]
+        # only chunks that overlap the range: what is sent past it is less than a chunk
+        assert rec["offset_into_first_range"] < CHUNK and len(got) - (last - first + 1) < CHUNK
+    r = requests.get("%s/v%d/reconstructions/%s" % (tok["casUrl"], version, fh), timeout=10,
+                     headers={"Authorization": "Bearer " + tok["accessToken"], "Range": "bytes=%d-" % len(data)})
+    assert r.status_code == 416
+
+
+def test_a_second_revision_stores_only_its_new_chunks(hub):
+    base = os.urandom(40 * CHUNK)
+    changed = bytearray(base)
+    changed[5 * CHUNK + 10:5 * CHUNK + 20] = b"fine-tuned"   # one chunk differs
+    hub.add_repo("org/m", files={"model.safetensors": base}, lfs={"model.safetensors"})
+    tok = token(hub)
+    assert fetch(hub, tok, xet_hash(hub), 2)[0] == base
+    before = sum(len(x.data) for x in hub._xet.xorbs.values())
+    hub.commit("org/m", {"model.safetensors": bytes(changed)}, lfs={"model.safetensors"})
+    tok = token(hub)
+    assert fetch(hub, tok, xet_hash(hub), 2)[0] == bytes(changed)
+    added = sum(len(x.data) for x in hub._xet.xorbs.values()) - before
+    assert 0 < added <= CHUNK + 8                          # one chunk, with its header
+
+
+def test_the_cas_answers_only_a_valid_token_for_the_files_repo(hub):
+    hub.add_repo("org/m", files={"model.safetensors": os.urandom(3 * CHUNK)}, lfs={"model.safetensors"})
+    hub.add_repo("org/other", files={"w.safetensors": os.urandom(CHUNK)}, lfs={"w.safetensors"})
+    fh, url = xet_hash(hub), token(hub)["casUrl"] + "/v2/reconstructions/"
+    assert requests.get(url + fh, timeout=10).status_code == 401
+    other = token(hub, "org/other")["accessToken"]
+    assert requests.get(url + fh, headers={"Authorization": "Bearer " + other}, timeout=10).status_code == 401
+    mine = token(hub)["accessToken"]
+    assert requests.get(url + fh, headers={"Authorization": "Bearer " + mine}, timeout=10).status_code == 200
+    hub.now[0] += hub.xet_token_ttl + 1
+    assert requests.get(url + fh, headers={"Authorization": "Bearer " + mine}, timeout=10).status_code == 401
+
+
+def test_xorb_urls_are_signed_and_expire(hub):
+    hub.add_repo("org/m", files={"model.safetensors": os.urandom(2 * CHUNK)}, lfs={"model.safetensors"})
+    tok, fh = token(hub), xet_hash(hub)
+    rec = requests.get("%s/v2/reconstructions/%s" % (tok["casUrl"], fh), timeout=10,
+                       headers={"Authorization": "Bearer " + tok["accessToken"]}).json()
+    url = next(iter(rec["xorbs"].values()))[0]["url"]
+    assert requests.get(url, timeout=10).status_code == 200
+    assert requests.get(url.replace("Signature=", "Signature=0"), timeout=10).status_code == 403
+    hub.now[0] += hub.xorb_url_ttl + 1
+    assert requests.get(url, timeout=10).status_code == 403
+
+
+def test_the_bridge_refuses_files_over_its_limit(hub):
+    hub.add_repo("org/m", files={"model.safetensors": os.urandom(3 * CHUNK)}, lfs={"model.safetensors"})
+    assert requests.get(hub.url + PATH, timeout=10).status_code == 200
+    hub.bridge_limit = 2 * CHUNK
+    assert requests.get(hub.url + PATH, timeout=10).status_code == 400
+    tok = token(hub)
+    assert len(fetch(hub, tok, xet_hash(hub), 2)[0]) == 3 * CHUNK     # Xet still serves it
