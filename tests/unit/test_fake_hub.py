@@ -282,10 +282,13 @@ def test_misc_api_routes(hub):
     token = url_path(hub, "/api/models/org/name/xet-read-token/%s" % hub.sha)
     assert token.headers["X-Xet-Cas-Url"] == hub.cdn_url and token.headers["X-Xet-Access-Token"]
     assert int(token.headers["X-Xet-Token-Expiration"]) > time.time()
-    for version in ("v1", "v2"):
-        assert requests.get("%s/%s/reconstructions/abc" % (hub.cdn_url, version), timeout=T).status_code == 404
+    for version in ("v1", "v2"):     # the CAS (fake_hub_xet.py, tested in test_fake_hub_xet.py)
+        url = "%s/%s/reconstructions/abc" % (hub.cdn_url, version)
+        assert requests.get(url, timeout=T).status_code == 401          # no token
+        bearer = {"Authorization": "Bearer " + token.headers["X-Xet-Access-Token"]}
+        assert requests.get(url, headers=bearer, timeout=T).status_code == 401   # not this repo's file
     assert hub.count(path_contains="xet-read-token") == 1
-    assert hub.count(server="cdn", path_contains="/reconstructions/") == 2
+    assert hub.count(server="cdn", path_contains="/reconstructions/") == 4
 
 
 # -- errors (§4.1) ----------------------------------------------------------------
