@@ -32,7 +32,7 @@ from http.server import ThreadingHTTPServer
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from pulsys.testing.fake_hub_cdn import CdnHandler, CdnSigner
+from pulsys.testing.fake_hub_cdn import CdnHandler, CdnSigner, XorbHandler
 from pulsys.testing.fake_hub_faults import Faults
 from pulsys.testing.fake_hub_routes import HubHandler
 from pulsys.testing.fake_hub_store import RepoStore, git_blob_sha1, sha256_hex
@@ -115,7 +115,8 @@ class _Server(ThreadingHTTPServer):
 
 class FakeHub:
     def __init__(self, host="127.0.0.1", cdn_host="127.0.0.2", port=0, cdn_port=0, tree_page_size=1000,
-                 xet=True, token=None, *, cdn_url_ttl=3600, clock=time.time, record_requests=True):
+                 xet=True, token=None, *, cdn_url_ttl=3600, clock=time.time, record_requests=True,
+                 xorb_host="127.0.0.4"):
         """cdn_url_ttl: seconds a signed CDN URL stays valid. clock: wall clock for URL expiry and
         commit dates. record_requests=False keeps `requests`/`count()` empty (long benchmarks
         would otherwise grow the log without bound); byte counters work either way."""
@@ -124,6 +125,8 @@ class FakeHub:
         if tree_page_size < 1:
             raise ValueError("tree_page_size must be >= 1")
         self.host, self.cdn_host, self.port, self.cdn_port = host, cdn_host, port, cdn_port
+        _check_loopback(xorb_host)
+        self.xorb_host = xorb_host   # where xorb bytes are served (the Hub's are on a host of their own)
         self.tree_page_size = tree_page_size
         self.xet = bool(xet)
         # regular files: 307 to /api/resolve-cache/... (True), or 200 with the body at
@@ -223,7 +226,16 @@ class FakeHub:
         except BaseException:
             hub_server.server_close()
             raise
-        self._servers = [hub_server, cdn_server]
+        try:
+            xorb_server = _Server((self.xorb_host, 0), XorbHandler, self)
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                hub_server.server_close()
+                cdn_server.server_close()
+                raise
+            self.xorb_host = self.cdn_host          # only Linux routes all of 127/8 to loopback
+            xorb_server = _Server((self.xorb_host, 0), XorbHandler, self)
+        self._servers = [hub_server, cdn_server, xorb_server]
         for server in self._servers:
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
                                       name="fake-hub-%s" % server.RequestHandlerClass.server_label, daemon=True)
@@ -244,7 +256,7 @@ class FakeHub:
         return _Server((self.host, 0 if self.cdn_port == hub_port else self.cdn_port), CdnHandler, self)
 
     def stop(self):
-        """Close both listeners and every open connection, cut hangs and throttles short,
+        """Close every listener and every open connection, cut hangs and throttles short,
         and join every thread the hub started. Safe to call twice, or before start()."""
         with self._lock:
             if self._state != "running":
@@ -276,6 +288,11 @@ class FakeHub:
     @property
     def cdn_netloc(self):
         return self._netloc(1)
+
+    @property
+    def xorb_url(self):
+        """The origin of xorb bytes (signed URLs from the CAS's reconstructions)."""
+        return "http://" + self._netloc(2)
 
     def _netloc(self, index):
         if not self._servers:

@@ -82,9 +82,6 @@ class CdnHandler(FakeHandler):
         if path.startswith(("/v1/", "/v2/")):
             self.cas()
             return
-        if path.startswith("/xorbs/"):
-            self.xorb(path[len("/xorbs/"):])
-            return
         parts = path.split("/")
         if len(parts) != 5 or parts[1] != "repos" or self.command not in ("GET", "HEAD"):
             self._deny("Missing Key-Pair-Id query parameter or cookie value")
@@ -152,9 +149,9 @@ class CdnHandler(FakeHandler):
             self.send_simple(416, [("Content-Range", "bytes */%d" % size)])
             return
         first, last = span if span is not None else (0, size - 1)
-        cdn = self.hub.cdn_url
+        where = self.hub.xorb_url
         answer = store.reconstruction(file_hash, first, last, version,
-                                      lambda xh: self.hub._xorb_signer.url(cdn, xh, self.hub.xorb_url_ttl))
+                                      lambda xh: self.hub._xorb_signer.url(where, xh, self.hub.xorb_url_ttl))
         body = to_json(answer)
         self.send_simple(200, [("Content-Type", "application/json")], body)
 
@@ -186,3 +183,15 @@ class CdnHandler(FakeHandler):
 
     def _deny(self, message):
         self.send_simple(403, [("Content-Type", "application/xml")], _xml_error("AccessDenied", message))
+
+
+class XorbHandler(CdnHandler):
+    """The xorb origin: a host of its own, as the Hub's (its URLs come signed in the
+    CAS's reconstructions; nothing else is served here)."""
+    server_label = "xorb"
+
+    def route(self):
+        if self.raw_path.startswith("/xorbs/"):
+            self.xorb(self.raw_path[len("/xorbs/"):])
+        else:
+            self.send_json(404, {"error": "not found"})

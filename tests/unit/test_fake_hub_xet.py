@@ -123,6 +123,7 @@ def test_xorb_urls_are_signed_and_expire(hub):
     rec = requests.get("%s/v2/reconstructions/%s" % (tok["casUrl"], fh), timeout=10,
                        headers={"Authorization": "Bearer " + tok["accessToken"]}).json()
     url = next(iter(rec["xorbs"].values()))[0]["url"]
+    assert url.startswith(hub.xorb_url + "/xorbs/") and hub.xorb_url != tok["casUrl"]   # a host of its own
     assert requests.get(url, timeout=10).status_code == 200
     assert requests.get(url.replace("Signature=", "Signature=0"), timeout=10).status_code == 403
     hub.now[0] += hub.xorb_url_ttl + 1
