@@ -155,6 +155,21 @@ class CdnHandler(FakeHandler):
         body = to_json(answer)
         self.send_simple(200, [("Content-Type", "application/json")], body)
 
+    def _deny(self, message):
+        self.send_simple(403, [("Content-Type", "application/xml")], _xml_error("AccessDenied", message))
+
+
+class XorbHandler(CdnHandler):
+    """The xorb origin: a host of its own, as the Hub's (its URLs come signed in the
+    CAS's reconstructions; nothing else is served here)."""
+    server_label = "xorb"
+
+    def route(self):
+        if self.raw_path.startswith("/xorbs/"):
+            self.xorb(self.raw_path[len("/xorbs/"):])
+        else:
+            self.send_json(404, {"error": "not found"})
+
     def xorb(self, xorb_hash):
         if self.command not in ("GET", "HEAD"):
             self.send_json(405, {"error": "GET only"})
@@ -180,18 +195,3 @@ class CdnHandler(FakeHandler):
         if self.command == "GET":
             self.hub._count_xorb(len(body))
         self.send_simple(206 if span is not None else 200, headers, body)
-
-    def _deny(self, message):
-        self.send_simple(403, [("Content-Type", "application/xml")], _xml_error("AccessDenied", message))
-
-
-class XorbHandler(CdnHandler):
-    """The xorb origin: a host of its own, as the Hub's (its URLs come signed in the
-    CAS's reconstructions; nothing else is served here)."""
-    server_label = "xorb"
-
-    def route(self):
-        if self.raw_path.startswith("/xorbs/"):
-            self.xorb(self.raw_path[len("/xorbs/"):])
-        else:
-            self.send_json(404, {"error": "not found"})

@@ -13,8 +13,8 @@ owns nothing (private -> 404, gated -> 403).
 
 import base64
 import hashlib
-import os
 import json
+import os
 from urllib.parse import parse_qs, quote, unquote
 
 from pulsys.testing.fake_hub_store import is_sha, iso_time, paths_info, tree_listing

@@ -96,28 +96,27 @@ class XetStore:
         with self._lock:
             if file_hash in self.files:
                 return
-            refs, pending = [], []
+            refs, pending = [], {}     # chunk hash -> (wire bytes, its ref), in order
 
             def flush():
                 if pending:
-                    x = Xorb([(h, wire) for h, wire, _ in pending])
+                    x = Xorb([(h, wire) for h, (wire, _) in pending.items()])
                     self.xorbs[x.hash] = x
-                    for i, (h, _, ref) in enumerate(pending):
+                    for i, (h, (_, ref)) in enumerate(pending.items()):
                         self._chunk_at[h] = (x.hash, i)
                         ref[0], ref[1] = x.hash, i
                     pending.clear()
             for off in range(0, len(data), CHUNK):
                 piece = data[off:off + CHUNK]
                 h = hashlib.sha256(b"chunk:" + piece).hexdigest()
-                ref = [None, None, len(piece)]
-                refs.append(ref)
                 if h in self._chunk_at:
-                    ref[0], ref[1] = self._chunk_at[h]
-                elif any(p[0] == h for p in pending):
-                    pending_ref = next(p[2] for p in pending if p[0] == h)
-                    refs[-1] = pending_ref          # the same list: filled when flushed
+                    refs.append([*self._chunk_at[h], len(piece)])
+                elif h in pending:
+                    refs.append(pending[h][1])      # the same list: filled when flushed
                 else:
-                    pending.append((h, encode_chunk(piece, self.compress), ref))
+                    ref = [None, None, len(piece)]
+                    refs.append(ref)
+                    pending[h] = (encode_chunk(piece, self.compress), ref)
                     if len(pending) == XORB_CHUNKS:
                         flush()
             flush()
