@@ -21,6 +21,7 @@ from pulsys.admin.api import AdminApi
 from pulsys.admin.plane import AdminPlane, CachePlane, first_start_banner
 from pulsys.admin.readiness import readiness
 from pulsys.admin.server import AdminServer
+from pulsys.admin.token_secret import read_secret
 from pulsys.cache import space as SP
 from pulsys.cache.index_import import open_index
 from pulsys.cache.index_view import IndexView
@@ -37,6 +38,7 @@ from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
 from pulsys.upstream.guard import UpstreamGuard
 from pulsys.upstream.key_tokens import KeyTokens
+from pulsys.upstream.xet_tokens import XetTokens, derive_key
 from pulsys.upstream.pool import FillPool, PoolThreads
 from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
@@ -95,7 +97,8 @@ class _Base:
                                 self.store, self.inflight, self.pool_counters, guard=self.guard,
                                 space=self.space, shared=self.shared, spawn=threads.own_thread,
                                 key_tokens=KeyTokens(self.plane.keys.hub_token_of, config.access_ttl, get_logger("access"))
-                                if self.plane.keys_carry_tokens else None)
+                                if self.plane.keys_carry_tokens else None,
+                                xet_tokens=self._xet_tokens(config))
         self.pool = FillPool(self.service.handle, threads)
         # file lists and negative entries, learned from the index while the server serves
         threading.Thread(target=self.service.learn_index, name="pulsys-learn-index", daemon=True).start()
@@ -122,6 +125,14 @@ class _Base:
         self.failed = False
         self.fail_message = None
 
+
+    @staticmethod
+    def _xet_tokens(config):
+        """--xet facade: what signs its CAS tokens and xorb URLs, keyed from the
+        --token-secret-file every node of a fleet shares (made when absent)."""
+        if config.xet != "facade":
+            return None
+        return XetTokens(derive_key(read_secret(config.token_secret_file, True)), time.time)
     def _common_vars(self):
         return {"version": __version__, "backend": self.backend, "sender": self.sender_name,
                 "listeners": len(self.listeners), "pid": os.getpid(),

@@ -265,6 +265,11 @@ SETTINGS = (
             "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated "
             "in env); an IP address here also allows connecting to that private or loopback address",
             kind="multi", metavar="HOST[:PORT]"),
+    Setting("xet", "--xet", _choice("--xet", ("strip", "facade")), "strip",
+            "what hf_xet clients get: strip (every Xet signal removed, so they download over plain "
+            "HTTP through the cache) or facade (pulsys is their Xet CAS: reconstructions and xorb "
+            "ranges cached, files over 50 GB served; docs/decisions/0019-xet-facade.md)",
+            choices=("strip", "facade")),
     Setting("public_base_url", "--public-base-url", _optional_url, "",
             "URL clients reach pulsys at, used in rewritten Link headers (default: from the request's Host)",
             metavar="URL"),
@@ -374,6 +379,7 @@ class Config:
     token_secret_file: str = ""
     allow_upstream_host: tuple = ()
     public_base_url: str = ""
+    xet: str = "strip"
     admin_listen: tuple = ("127.0.0.1", 8081)
     auth: str = "required"
     db: str = ""

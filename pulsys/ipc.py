@@ -21,7 +21,7 @@ reactor thread, in the reactor's reply path).
                                   streaming that fill
     worker -> parent
       READY 1     ReadyFrame      pid, backend, sender, index_entries
-      JOB 2       JobFrame        job_id, target, method, host, body, content_type
+      JOB 2       JobFrame        job_id, target, method, host, body, content_type, auth, xet
       SERVED 100  ServedFrame     items: [(blob_id, monotonic time), ...], warm hits since
                                   the last report (docs/decisions/0008)
       DOWNLOADS 102 DownloadsFrame items: [(cache key, packed), ...], GETs answered with a
@@ -116,6 +116,7 @@ class JobFrame(NamedTuple):
     body: Any
     content_type: Any
     auth: Any           # Job.auth: the client's Authorization with --upstream-auth client
+    xet: Any = None     # Job.xet: a CAS request's (Authorization, Range), else None
     op = Op.JOB
 
 
@@ -496,8 +497,10 @@ def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=No
     go to the relays, READY to on_ready(ReadyFrame), SERVED and DOWNLOADS reports to
     on_served(items) and on_downloads(items). Returns at EOF."""
     def job(m):
-        submit(Job(m.target, m.method, m.host, m.body, m.content_type,
-                   RemoteReply(relays, link, m.job_id), m.auth))
+        j = Job(m.target, m.method, m.host, m.body, m.content_type,
+                RemoteReply(relays, link, m.job_id), m.auth)
+        j.xet = m.xet
+        submit(j)
 
     handlers = {
         Op.JOB: job,
@@ -550,7 +553,7 @@ class ParentClient:
         job_id = next(self._ids)
         self.pending[job_id] = job.reply
         self._out.put(encode(JobFrame(job_id, job.target, job.method, job.host, job.body,
-                                      job.content_type, job.auth)))
+                                      job.content_type, job.auth, job.xet)))
 
     def send(self, msg):
         """Queue the frame object `msg` (ReadyFrame, ServedFrame, ...) for the writer."""

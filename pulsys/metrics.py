@@ -37,6 +37,10 @@ NAMES = (
     # --upstream-auth client (auth/access.py): cached files a reactor did not serve without
     # the Hub's fresh verdict; verdicts the Hub was asked for; clients refused as it refused
     "access_checks", "access_asked", "access_refusals",
+    # --xet facade (upstream/xet.py): CAS tokens minted; reconstructions answered from the
+    # index / asked upstream; xorb ranges answered from the cache / fetched, and their bytes
+    "xet_tokens", "xet_recon_hits", "xet_recon_misses", "xet_xorb_hits", "xet_xorb_fills",
+    "xet_xorb_bytes_fetched",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -93,6 +97,12 @@ REPO_REFUSALS = 47
 ACCESS_CHECKS = 48
 ACCESS_ASKED = 49
 ACCESS_REFUSALS = 50
+XET_TOKENS = 51
+XET_RECON_HITS = 52
+XET_RECON_MISSES = 53
+XET_XORB_HITS = 54
+XET_XORB_FILLS = 55
+XET_XORB_BYTES_FETCHED = 56
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

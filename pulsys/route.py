@@ -148,7 +148,8 @@ def _route_api(method, segs, raw_path, query):
     if len(segs) >= 3 and segs[1] in _API_TYPES:
         rtype = _API_TYPES[segs[1]]
         rest = segs[2:]
-        for op, kind in (("revision", T.API_INFO), ("tree", T.API_TREE), ("paths-info", T.API_PATHS_INFO)):
+        for op, kind in (("revision", T.API_INFO), ("tree", T.API_TREE), ("paths-info", T.API_PATHS_INFO),
+                         ("xet-read-token", T.XET_TOKEN)):
             for n in (2, 1):
                 if len(rest) > n + 1 and rest[n] == op:
                     try:
@@ -165,7 +166,7 @@ def _route_api(method, segs, raw_path, query):
                             return _not_allowed("POST", "paths-info takes POST")
                     elif method not in ("GET", "HEAD"):
                         return _not_allowed(_GET_HEAD)
-                    if kind == T.API_INFO and sub:
+                    if (kind == T.API_INFO or kind == T.XET_TOKEN) and sub:
                         break
                     repo_s, sub_s = "/".join(repo), "/".join(sub)
                     # canonical upstream path, as for resolve-cache above
@@ -190,6 +191,28 @@ def _route_api(method, segs, raw_path, query):
     return T.Target(T.API_OTHER, query=query, upstream_path=raw_path)
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_CHUNKS = re.compile(r"(\d{1,9})-(\d{1,9})")
+
+
+def _route_cas(method, segs, query):
+    """/cas/...: pulsys's own Xet CAS (--xet facade; ADR 0019)."""
+    if len(segs) == 4 and segs[1] in ("v1", "v2") and segs[2] == "reconstructions":
+        if method != "GET":
+            return _not_allowed("GET")
+        if _HEX64.fullmatch(segs[3]) is None:
+            return _reject(404, "a reconstruction is asked by its file's 64-hex Xet hash")
+        return T.Target(T.XET_RECON, "xet", "", segs[1][1], segs[3], query, "/" + "/".join(segs[1:]))
+    if len(segs) == 4 and segs[1] == "xorbs":
+        if method not in ("GET", "HEAD"):
+            return _not_allowed(_GET_HEAD)
+        m = _CHUNKS.fullmatch(segs[3])
+        if _HEX64.fullmatch(segs[2]) is None or m is None or int(m.group(1)) >= int(m.group(2)):
+            return _reject(404, "a xorb range is /cas/xorbs/{64-hex hash}/{first}-{end}")
+        return T.Target(T.XET_XORB, "xet", segs[2], "", segs[3], query, "/" + "/".join(segs))
+    return _reject(404, "unknown CAS route")
+
+
 def route(head):
     """Classify one request. Never raises; bad input gives a REJECT target."""
     method, raw_path, query = head.method, head.path, head.query
@@ -203,6 +226,12 @@ def route(head):
     segs = raw_path[1:].split("/")
     if segs and segs[0] == "api":
         return _route_api(method, segs, raw_path, query)
+    if segs[0] == "cas":
+        return _route_cas(method, segs, query)
+    if raw_path == "/v1/telemetry":
+        if method != "POST":
+            return _not_allowed("POST")
+        return T.Target(T.XET_TELEMETRY, upstream_path=raw_path)
     t = _route_resolve(segs, query)
     if t is None:
         return _reject(404, "pulsys serves /{repo}/resolve/{revision}/{file} and /api/ routes only")

@@ -18,6 +18,13 @@ from pulsys.errors import ConfigError
 def open_sealer(path, create):
     """-> a Sealer from the file at `path`; made now (0600) when absent and `create`,
     else None when absent. ConfigError (one line for the operator) when unusable."""
+    secret = read_secret(path, create)
+    return Sealer(secret) if secret is not None else None
+
+
+def read_secret(path, create):
+    """The secret bytes of the file at `path` (see open_sealer); None when absent and not
+    `create`. --xet facade derives its token key from them (upstream/xet_tokens.py)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
@@ -42,7 +49,7 @@ def open_sealer(path, create):
     if len(secret) != SECRET_BYTES:
         raise ConfigError("--token-secret-file %s must hold %d hex digits (make one with: "
                           "python3 -c 'import secrets; print(secrets.token_hex(32))')" % (path, 2 * SECRET_BYTES))
-    return Sealer(secret)
+    return secret
 
 
 def _create(path):
@@ -52,10 +59,10 @@ def _create(path):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         if e.errno == errno.EEXIST:        # made by another process meanwhile: use that one
-            return open_sealer(path, False)
+            return read_secret(path, False)
         raise ConfigError("--token-secret-file %s cannot be created: %s" % (path, e.strerror)) from None
     with os.fdopen(fd, "w") as f:
         f.write(secret.hex() + "\n")
         f.flush()
         os.fsync(f.fileno())
-    return Sealer(secret)
+    return secret

@@ -54,7 +54,7 @@ def digest(header):
 
 def need_of(kind):
     """The level a route needs (None: not one repo's route, the Hub decides each time)."""
-    if kind == T.RESOLVE:
+    if kind == T.RESOLVE or kind == T.XET_TOKEN:     # a Xet token reads the repo's files
         return CONTENT
     if kind == T.API_INFO or kind == T.API_TREE or kind == T.API_PATHS_INFO:
         return META

@@ -32,8 +32,8 @@ def repo_of_key(key):
     """(repo type, repo) of a cache key (model/key.py: "kind|type|repo|rev|path|extra"),
     or None for keys without a repo."""
     parts = key.split("|")
-    if len(parts) < 3 or not parts[2]:
-        return None
+    if len(parts) < 3 or not parts[2] or parts[1] == "xet":
+        return None         # a xorb range (--xet facade) is content, of no one repo
     repo = parts[2]
     if "%" in repo:
         repo = repo.replace("%7C", "|").replace("%25", "%")

@@ -90,6 +90,8 @@ def file_common(e):
     if e.content_disposition:
         h.append(_hdr("Content-Disposition", e.content_disposition))
     h.append(b"X-Content-Type-Options: nosniff\r\n")
+    for name, value in e.headers:       # --xet facade: X-Xet-Hash and its token route
+        h.append(_hdr(name, value))
     return b"".join(h)
 
 

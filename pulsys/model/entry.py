@@ -34,7 +34,8 @@ class Entry:
         self.content_type = content_type
         self.content_disposition = content_disposition
         self.status = status              # CANNED: status code
-        self.headers = headers            # CANNED: ((name, value), ...) as received upstream
+        self.headers = headers            # CANNED: ((name, value), ...) as received upstream;
+        #                                   FILE: extra head lines (--xet facade's Xet signals)
         self.body = body                  # CANNED: body bytes
         self.expires = expires
         self.heads = None                 # pre-rendered heads, set by http1.heads.prepare()

@@ -7,7 +7,7 @@ back into the reactor's mailbox. Neither side imports the other.
 
 
 class Job:
-    __slots__ = ("target", "method", "host", "body", "content_type", "reply", "auth", "ask")
+    __slots__ = ("target", "method", "host", "body", "content_type", "reply", "auth", "ask", "xet")
 
     def __init__(self, target, method, host, body, content_type, reply, auth=None):
         self.target = target            # model.target.Target
@@ -20,6 +20,8 @@ class Job:
         # is asked with; None: pulsys's own request (pre-warm) or service mode
         self.auth = auth
         self.ask = None                 # the upstream plane's own note on it (upstream/service.py)
+        # a CAS request (target.XET_RECON): (its Authorization, its Range header or None)
+        self.xet = None
 
 
 class Reply:

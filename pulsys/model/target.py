@@ -14,9 +14,17 @@ API_PATHS_INFO = 4  # POST /api/{type}s/{repo}/paths-info/{rev}
 API_OTHER = 5      # any other GET/HEAD under /api/: proxied, not cached
 LOCAL = 6          # answered by pulsys itself (path in .path: "healthz", "agent-harnesses")
 REJECT = 7         # .status and .message say why
+# --xet facade (upstream/xet.py; the pool answers these in strip mode too: 404, or the
+# token route proxied as any other API call)
+XET_TOKEN = 8      # GET /api/{type}s/{repo}/xet-read-token/{rev}: repo, rev
+XET_RECON = 9      # GET /cas/v{1,2}/reconstructions/{hash}: rev = "1" | "2", path = file hash
+XET_XORB = 10      # GET /cas/xorbs/{xorb}/{first}-{end}?e=..&s=..: repo = xorb hash, path = "first-end"
+XET_TELEMETRY = 11  # POST /v1/telemetry (hf_xet sends it to the CAS host without its path)
 
 KIND_NAMES = {RESOLVE: "resolve", API_INFO: "api-info", API_TREE: "api-tree",
-              API_PATHS_INFO: "paths-info", API_OTHER: "api", LOCAL: "local", REJECT: "reject"}
+              API_PATHS_INFO: "paths-info", API_OTHER: "api", LOCAL: "local", REJECT: "reject",
+              XET_TOKEN: "xet-token", XET_RECON: "xet-reconstruction", XET_XORB: "xet-xorb",
+              XET_TELEMETRY: "xet-telemetry"}
 
 REPO_TYPES = ("model", "dataset", "space")
 URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}

@@ -30,6 +30,7 @@ from pulsys.errors import Refetching
 from pulsys.http1.heads import error_response, prepare
 from pulsys.log import get_logger
 from pulsys.model.entry import FILE
+from pulsys.model import target as T
 from pulsys.model.job import Job
 from pulsys.reactor.conn import CLOSED, READ, SEND, WAIT_FILL, WAIT_JOB, respond
 from pulsys.reactor.limits import ConnectionLimits
@@ -182,8 +183,11 @@ class ReactorBase:
 
         def reply(r):
             post(on_reply, (conn, gen, r))
-        self.submit(Job(t, head.method, head.host, body, head.content_type, reply,
-                        None if self.grants is None else head.authorization or ""))
+        job = Job(t, head.method, head.host, body, head.content_type, reply,
+                  None if self.grants is None else head.authorization or "")
+        if t.kind == T.XET_RECON:
+            job.xet = (head.authorization or "", head.range)
+        self.submit(job)
 
     def serve_hit(self, conn, entry, plan, dkey, dcount):
         """Send a warm hit planned in `plan` through the state machine. -> False (nothing

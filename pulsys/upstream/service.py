@@ -37,8 +37,10 @@ from pulsys.upstream.fill import Budget, Committer, Fetchers, FillRun, Origin
 from pulsys.upstream.flights import Flights
 from pulsys.upstream.client_access import ANSWERED, ClientAccess
 from pulsys.upstream.ratelimit import RateLimit, retry_after
+from pulsys.upstream.xet import XetFacade
 
 MAX_API_BODY = 256 << 20
+XET_LINK_BASE = "https://huggingface.co"
 MAX_ERROR_BODY = 64 << 10
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -67,12 +69,14 @@ def blob_id_for(etag):
 
 class Upstream:
     def __init__(self, config, session, index, store, inflight, counters, guard=None, space=None,
-                 shared=None, spawn=None, key_tokens=None, clock=time.monotonic, wall=time.time):
+                 shared=None, spawn=None, key_tokens=None, xet_tokens=None, clock=time.monotonic,
+                 wall=time.time):
         """guard: the UpstreamGuard redirect targets are checked against; space: the Space
         (quota, eviction, pins); shared: the fleet's SharedTier with --shared-store;
         spawn(fn): runs fn on a thread of its own (extra fetchers of a fill; a plain
         daemon thread when None); key_tokens: upstream/key_tokens.py's KeyTokens with
         --upstream-auth client --auth required (what the Hub is sent for a client's key).
+        xet_tokens: upstream/xet_tokens.py's XetTokens with --xet facade (else strip).
         Each is None where a test does without it."""
         self.base = config.upstream
         self.netloc = config.upstream_netloc
@@ -96,6 +100,9 @@ class Upstream:
         self.access = (ClientAccess(config.access_ttl, clock, wall, counters, get_logger("access"))
                        if config.upstream_auth == "client" else None)
         self.key_tokens = key_tokens
+        # --xet facade: pulsys is its clients' Xet CAS (upstream/xet.py); None: strip
+        self.xet = XetFacade(self, xet_tokens, wall) if xet_tokens is not None else None
+        self.xet_link = (config.public_base_url or XET_LINK_BASE).rstrip("/")
         self._leading = threading.local()   # the flight this pool thread leads, if any
         self.c = counters
         self.clock = clock
@@ -343,6 +350,8 @@ class Upstream:
     def handle(self, job):
         kind = job.target.kind
         try:
+            if kind >= T.XET_RECON:
+                return self._cas(job, kind)
             if self.key_tokens is not None and job.auth is not None:
                 job.auth = self.key_tokens.upstream_auth(job.auth)   # the key's Hub token
             if self.access is not None and job.auth is not None and self.access.begin(job) is ANSWERED:
@@ -351,12 +360,26 @@ class Upstream:
                 self._resolve_once(job)
             elif kind in (T.API_INFO, T.API_TREE, T.API_PATHS_INFO):
                 self._api_once(job)
+            elif kind == T.XET_TOKEN and self.xet is not None:
+                self.xet.token(job)
             else:
                 self._passthrough(job)
         except UpstreamRefused as e:     # the SSRF guard said no (counted where it refused)
             job.reply(Reply(_canned_error(502, str(e)), None, "error"))
         except (requests.RequestException, UpstreamError, OSError) as e:
             self._unavailable(job, type(e).__name__)
+
+    def _cas(self, job, kind):
+        """pulsys's own Xet CAS routes (--xet facade): a CAS token or a signed URL is
+        their proof, so neither API keys nor client-mode verdicts apply here."""
+        if self.xet is None:
+            return job.reply(Reply(_canned_error(404, "this pulsys serves no Xet CAS (--xet strip)"),
+                                   None, "error"))
+        if kind == T.XET_RECON:
+            return self.xet.reconstruction(job)
+        if kind == T.XET_XORB:
+            return self.xet.xorb(job)
+        return self.xet.telemetry(job)
 
     # -- /resolve -----------------------------------------------------------------
 
@@ -536,7 +559,7 @@ class Upstream:
         ctype = "application/octet-stream" if lfs else (h.get("Content-Type") if st == 200 else "") or ""
         entry = Entry(FILE, target_key(t, commit) if commit else target_key(t), size, etag, commit,
                       lfs, blob_id, None, ctype, h.get("Content-Disposition", "") if st == 200 else "",
-                      expires=self._expires(bool(commit)))
+                      headers=self._xet_headers(t, h, commit), expires=self._expires(bool(commit)))
         self.store.flag_suspect(entry)     # a reply that joins a fill is not published
         prepare(entry)
         if self.store.has_blob(blob_id, size):
@@ -582,6 +605,17 @@ class Upstream:
             return self._fill_from_bucket(job, entry, fill)
         renew = functools.partial(self.renew_body_url, resolve_url, entry, job.auth) if resolve_url else None
         self._run_fill(job, entry, fill, resp, body_url, renew, origin=self._origin_for(job))
+
+    def _xet_headers(self, t, h, commit):
+        """--xet facade: the Xet signals a FILE answer keeps (xet-protocol.md §1), its
+        token route on pulsys. Without --public-base-url the link names huggingface.co,
+        which huggingface_hub rewrites to its HF_ENDPOINT (utils/_xet.py): one cached
+        answer serves clients that reach pulsys under any name."""
+        xh = h.get("X-Xet-Hash")
+        if self.xet is None or not xh or not _HEX64.match(xh) or not commit:
+            return ()
+        route = "%s/api/%ss/%s/xet-read-token/%s" % (self.xet_link, t.rtype, t.repo, commit)
+        return (("X-Xet-Hash", xh), ("Link", '<%s>; rel="xet-auth"' % route))
 
     # -- the fleet's bucket (--shared-store; upstream/shared_tier.py) ---------------------
 
@@ -800,9 +834,12 @@ class Upstream:
 
     def _serve_api(self, job, entry, outcome):
         base = self._link_base(job)
-        if base and entry.headers:
+        body = entry.body
+        if self.xet is None and b'"xetHash"' in body:
+            body = UH.strip_xet_json(body)      # kept while --xet facade was on
+        if base and entry.headers or body is not entry.body:
             entry = Entry(CANNED, entry.key, status=entry.status,
-                          headers=UH.rewrite_links(entry.headers, self.base, base), body=entry.body)
+                          headers=UH.rewrite_links(entry.headers, self.base, base), body=body)
         return job.reply(Reply(entry, None, outcome))
 
     def _api_once(self, job):
@@ -866,7 +903,8 @@ class Upstream:
             return self._unavailable(job, "it answered %d" % st)
         said = self.access.heard(job, st, resp.headers) if job.ask is not None else None
         if 200 <= st < 300:
-            body = UH.strip_xet_json(body)
+            if self.xet is None:
+                body = UH.strip_xet_json(body)
             if t.kind == T.API_INFO:
                 self._learn_sha(t, body)
         entry = Entry(CANNED, key, status=st, headers=UH.client_headers(resp.headers, self.base),

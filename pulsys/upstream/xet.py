@@ -1,0 +1,409 @@
+"""`--xet facade`: pulsys is its clients' Xet CAS (ADR 0019, xet-protocol.md).
+
+Three routes, answered on pool threads:
+  token   /api/{type}s/{repo}/xet-read-token/{rev}: the Hub is asked for its own Xet
+          token with the client's credentials (client mode) or pulsys's (service mode),
+          which is how the Hub says whether that client may read the repo; its refusal
+          reaches the client as the Hub sent it. A yes is answered with a CAS token
+          pulsys mints (xet_tokens.py) and `casUrl` = pulsys + /cas. The Hub's token is
+          kept in memory per (identity, repo) for the CAS calls made on that client's
+          behalf.
+  recon   /cas/v{1,2}/reconstructions/{file hash}: asked upstream once per (file, API
+          version, byte range) and kept in the index; the answer goes to the client with
+          every chunk range at a URL of pulsys's (xet_recon.rewrite). The upstream CAS
+          checked, when it answered, that the file belongs to the token's repo: that is
+          recorded too, so a warm answer to another repo's token asks again.
+  xorb    /cas/xorbs/{xorb}/{first}-{end}?e=..&s=..: a chunk range, fetched once from
+          the upstream URL of the reconstruction that named it (concurrent misses wait
+          for the one fetch), verified (xet_recon.verify_range), stored as a blob named
+          by its sha256 (so eviction, quota, `pulsys verify` and the shared tier handle
+          it as any blob) and served by the reactor from that file like any cached body.
+  telemetry  POST /v1/telemetry (hf_xet drops the CAS path prefix): answered here,
+          never forwarded.
+"""
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from urllib.parse import quote
+
+import requests
+
+from pulsys import metrics as M
+from pulsys.auth.access import digest
+from pulsys.errors import UpstreamError
+from pulsys.http1.heads import prepare
+from pulsys.model import target as T
+from pulsys.model.entry import CANNED, FILE, Entry
+from pulsys.model.job import Reply
+from pulsys.model.key import cache_key, repo_prefix
+from pulsys.upstream import headers as UH
+from pulsys.upstream import xet_recon as XR
+from pulsys.upstream.flights import Flights
+
+TOKEN_TTL = 3600            # seconds a CAS token pulsys mints is valid (at most the Hub's)
+URL_TTL = 3600              # seconds a xorb URL pulsys signs is valid
+RENEW_BEFORE = 60           # a kept Hub token this close to expiry is asked again
+MAX_RECON_BODY = 64 << 20
+MAX_XORB_RANGE = 256 << 20  # §5: xorbs are at most 64 MiB; anything far above is refused
+_RANGE = re.compile(r"^bytes=(\d{1,19})-(\d{1,19})$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_JSON = (("Content-Type", "application/json"),)
+
+
+def _error(status, message):
+    return Entry(CANNED, "", status=status, headers=_JSON + (("X-Error-Message", message),),
+                 body=json.dumps({"error": message}).encode())
+
+
+def _json(obj, headers=()):
+    return Entry(CANNED, "", status=200, headers=_JSON + tuple(headers),
+                 body=json.dumps(obj, separators=(",", ":")).encode())
+
+
+class XetFacade:
+    def __init__(self, service, tokens, wall=time.time):
+        self.s = service          # upstream/service.py's Upstream: requests, index, store, space
+        self.tokens = tokens      # xet_tokens.XetTokens
+        self.wall = wall
+        self.hub_tokens = {}      # (who, rtype, repo) -> (cas url, token, expires)
+        self.sources = {}         # (xorb, first, end) -> (upstream url, start, end, recon key, answer version)
+        self.flights = Flights()
+        self._lock = threading.Lock()
+
+    # -- the Hub's Xet tokens ----------------------------------------------------
+
+    def _hub_token(self, job, who, rtype, repo, rev, fresh=False):
+        """(status, cas url, token, expires, upstream response headers, body): the Hub's
+        answer to its xet-read-token route, kept while valid unless `fresh`."""
+        k = (who, rtype, repo)
+        kept = self.hub_tokens.get(k)
+        if job.auth is _KEPT:
+            # client mode, on a CAS call: only what that client's own token got is used
+            if kept is not None and kept[2] > self.wall():
+                return (200,) + kept + ((), b"")
+            return 401, None, None, 0, {}, b""
+        if kept is not None and not fresh and kept[2] - RENEW_BEFORE > self.wall():
+            return (200,) + kept + ((), b"")
+        url = "%s/api/%ss/%s/xet-read-token/%s" % (self.s.base, rtype, repo, quote(rev, safe=""))
+        resp = self.s._request("GET", url, auth=job.auth)
+        body = self.s._read_limited(resp, 1 << 20)
+        st, h = resp.status_code, resp.headers
+        if st != 200:
+            return st, None, None, 0, h, body
+        cas, token, exp = h.get("X-Xet-Cas-Url"), h.get("X-Xet-Access-Token"), h.get("X-Xet-Token-Expiration")
+        if not (cas and token and exp):
+            try:
+                d = json.loads(body)
+                cas, token, exp = d["casUrl"], d["accessToken"], d["exp"]
+            except (ValueError, KeyError, TypeError):
+                raise UpstreamError("the Hub's xet-read-token answer has no token") from None
+        try:
+            exp = int(exp)
+        except (TypeError, ValueError):
+            raise UpstreamError("the Hub's xet-read-token answer has no expiry") from None
+        cas = cas.rstrip("/")
+        with self._lock:
+            if len(self.hub_tokens) > 10_000:
+                self.hub_tokens.clear()
+            self.hub_tokens[k] = (cas, token, exp)
+        return 200, cas, token, exp, h, body
+
+    # -- token route ---------------------------------------------------------------
+
+    def token(self, job):
+        t = job.target
+        who = digest(job.auth) if job.auth is not None else ""
+        base = self.s._link_base(job)
+        if base is None:
+            return job.reply(Reply(_error(400, "no usable Host header: set --public-base-url"), None, "error"))
+        expires = int(self.wall() + TOKEN_TTL)
+        if self.s.offline:
+            hub = None
+        else:
+            try:
+                hub = self._hub_token(job, who, t.rtype, t.repo, t.rev, fresh=True)
+            except (requests.RequestException, UpstreamError, OSError):
+                hub = None
+        if hub is not None and hub[0] != 200:
+            st, _, _, _, h, body = hub
+            if st >= 500 or st == 429:
+                hub = None
+            else:
+                entry = Entry(CANNED, "", status=st, headers=UH.client_headers(h, self.s.base), body=body)
+                if job.ask is not None and self.s.access.heard(job, st, h) is False:
+                    self.s.access.refused(job, entry)
+                return job.reply(Reply(entry, None, "refused" if st in (401, 403, 404) else "miss"))
+        if hub is None:
+            # the Hub cannot say: a client it (or pulsys's own key check) said yes to
+            # before may still read what the cache holds
+            ask = job.ask
+            if ask is not None and ask.decide and not ask.stale_ok:
+                return self.s._unavailable(job, None if self.s.offline else "the Xet token route failed")
+        else:
+            if job.ask is not None:
+                self.s.access.heard(job, 200, hub[4])
+            expires = min(expires, hub[3])
+        token = self.tokens.mint(who, t.rtype, t.repo, t.rev, expires)
+        cas = base + "/cas"
+        self.s.c[M.XET_TOKENS] += 1
+        return job.reply(Reply(_json({"casUrl": cas, "accessToken": token, "exp": expires},
+                                     (("X-Xet-Cas-Url", cas), ("X-Xet-Access-Token", token),
+                                      ("X-Xet-Token-Expiration", str(expires)))), None, "xet-token"))
+
+    # -- reconstructions ---------------------------------------------------------
+
+    def reconstruction(self, job):
+        t = job.target
+        authorization, rng = job.xet
+        tok = self.tokens.check(authorization)
+        if isinstance(tok, str):
+            return job.reply(Reply(_error(401, tok), None, "refused"))
+        file_hash, version = t.path, int(t.rev)
+        if not _HEX64.match(file_hash):
+            return job.reply(Reply(_error(400, "a file hash is 64 hex digits"), None, "error"))
+        if rng is not None and not _RANGE.match(rng.strip()):
+            return job.reply(Reply(_error(400, "Range must be bytes=FIRST-LAST"), None, "error"))
+        rng = rng.strip() if rng else ""
+        key = cache_key(T.XET_RECON, "xet", file_hash, "v%d" % version, rng[len("bytes="):] or "all")
+        member = cache_key(T.XET_RECON, tok.rtype, tok.repo, "member", file_hash)
+        base = self.s._link_base(job)
+        if base is None:
+            return job.reply(Reply(_error(400, "no usable Host header: set --public-base-url"), None, "error"))
+        cached = self.s.index.get(key)
+        if cached is not None and self.s.index.get(member) is not None:
+            self.s.c[M.XET_RECON_HITS] += 1
+            return self._answer(job, cached.body, version, key, base, "hit")
+        self.s.c[M.XET_RECON_MISSES] += 1
+        if self.s.offline:
+            return self.s._unavailable(job, None)
+        flight, leader = self.flights.join(key)
+        if not leader:
+            flight.wait(self.s.timeout[1])
+        try:
+            got = self._ask_upstream(tok, file_hash, version, rng, key)
+        finally:
+            if leader:
+                self.flights.end(key, flight)
+        if isinstance(got, Entry):
+            return job.reply(Reply(got, None, "refused" if got.status < 500 else "error"))
+        self.s._publish_entry(Entry(CANNED, member, status=204))
+        return self._answer(job, got, version, key, base, "miss")
+
+    def _ask_upstream(self, tok, file_hash, version, rng, key, fresh=False):
+        """The upstream answer's bytes (also published under `key`), or an Entry to
+        answer with instead (a refusal, 416, or upstream's failure)."""
+        job = _Asker(self._hub_auth(tok))
+        try:
+            st, cas, token, _, _, _ = self._hub_token(job, tok.who, tok.rtype, tok.repo, tok.rev, fresh)
+            if st == 401 and job.auth is _KEPT:
+                return _error(401, "pulsys holds no Hub token for this client (restarted?): "
+                                   "ask the xet-read-token route again")
+            if st != 200:
+                return _error(403 if st in (401, 403, 404) else 502,
+                              "the Hub refused a Xet token for %s (%d)" % (tok.repo, st))
+            url = "%s/v%d/reconstructions/%s" % (cas, version, file_hash)
+            if not self.s._host_allowed(url):
+                return _error(502, "the Hub's CAS %s is not an allowed upstream host" % cas)
+            headers = {"Authorization": "Bearer " + token}
+            if rng:
+                headers["Range"] = rng
+            self.s.c[M.UPSTREAM_REQUESTS] += 1
+            resp = self.s.session.request("GET", url, headers=headers, stream=True,
+                                          allow_redirects=False, timeout=self.s.timeout)
+            body = self.s._read_limited(resp, MAX_RECON_BODY)
+        except (requests.RequestException, UpstreamError, OSError) as e:
+            self.s.c[M.UPSTREAM_ERRORS] += 1
+            return _error(502, "the upstream CAS failed: %s" % type(e).__name__)
+        st = resp.status_code
+        if st == 401 and not fresh:
+            return self._ask_upstream(tok, file_hash, version, rng, key, fresh=True)
+        if st != 200:
+            e = _error(st if st in (400, 403, 404, 416, 501) else 502, "the upstream CAS answered %d" % st)
+            if st == 416 and resp.headers.get("Content-Range"):
+                e.headers += (("Content-Range", resp.headers["Content-Range"]),)
+            return e
+        try:
+            XR.sources(json.loads(body), version)
+        except (ValueError, XR.BadAnswer) as e:
+            return _error(502, "the upstream CAS's reconstruction is unusable: %s" % e)
+        self.s._publish_entry(Entry(CANNED, key, status=200, headers=_JSON, body=body))
+        return body
+
+    def _hub_auth(self, tok):
+        """What the Hub is asked with on behalf of a CAS token's holder: pulsys's own
+        token in service mode; in client mode only the Hub token kept for that client."""
+        return None if self.s.access is None else _KEPT
+
+    def _answer(self, job, body, version, key, base, outcome):
+        answer = json.loads(body)
+        expires = int(self.wall() + URL_TTL)
+        srcs = self.sources
+        for xorb, a, b, url, s, e in XR.sources(answer, version):
+            srcs[(xorb, a, b)] = (url, s, e, key, version)
+        if len(srcs) > 200_000:
+            with self._lock:
+                for k in list(srcs)[:100_000]:
+                    srcs.pop(k, None)
+        cached = {}
+
+        def place(xorb, a, b, size):
+            ranges = cached.get(xorb)
+            if ranges is None:
+                ranges = cached[xorb] = self._cached_ranges(xorb)
+            for (c, d), starts in ranges.items():
+                if c <= a and b <= d:
+                    return base + self.tokens.xorb_path(xorb, c, d, expires), starts[a - c], starts[b - c] - 1
+            return base + self.tokens.xorb_path(xorb, a, b, expires), 0, size - 1
+
+        out = XR.rewrite(answer, version, place)
+        return job.reply(Reply(_json(out), None, outcome))
+
+    def _cached_ranges(self, xorb):
+        """{(first, end): where each chunk starts} of the ranges of `xorb` in the cache
+        now: a range a reconstruction names inside one of them is served from it, so a
+        second revision's unchanged chunks are not fetched again."""
+        out = {}
+        prefix = repo_prefix(T.XET_XORB, "xet", xorb) + "chunks|"
+        for e in self.s.index.entries(prefix):
+            span = e.key[len(prefix):].split("|")[0]
+            if self._cached(cache_key(T.XET_XORB, "xet", xorb, "", span)) is not None:
+                first, end = map(int, span.split("-"))
+                try:
+                    out[(first, end)] = json.loads(e.body)
+                except ValueError:
+                    continue
+        return out
+
+    # -- xorb ranges ---------------------------------------------------------------
+
+    def xorb(self, job):
+        t = job.target
+        xorb, (first, end) = t.repo, map(int, t.path.split("-"))
+        why = self.tokens.xorb_ok(xorb, first, end, t.query)
+        if why is not None:
+            return job.reply(Reply(_error(403, why), None, "refused"))
+        key = cache_key(T.XET_XORB, "xet", xorb, "", t.path)
+        e = self._cached(key)
+        if e is not None:
+            self.s.c[M.XET_XORB_HITS] += 1
+            return job.reply(Reply(e, None, "hit"))
+        flight, leader = self.flights.join(key)
+        if not leader:
+            flight.wait(self.s.timeout[1] * 4)
+            e = self._cached(key)
+            if e is not None:
+                return job.reply(Reply(e, None, "fill-join"))
+        try:
+            return job.reply(Reply(*self._fill(xorb, first, end, key)))
+        finally:
+            if leader:
+                self.flights.end(key, flight)
+
+    def _cached(self, key):
+        e = self.s.index.get(key)
+        if e is not None and e.blob_path is not None and self.s.store.has_blob(e.blob_id, e.size):
+            return e
+        return None
+
+    def _fill(self, xorb, first, end, key):
+        src = self.sources.get((xorb, first, end))
+        if self.s.offline:
+            return _error(503, "--offline: this xorb range is not cached"), None, "offline"
+        if src is None:
+            # a URL from before a restart: a 403 makes hf_xet ask the reconstruction again
+            return _error(403, "unknown xorb range: ask the reconstruction again"), None, "refused"
+        url, s, e, recon_key, version = src
+        if e - s + 1 > MAX_XORB_RANGE:
+            return _error(502, "the upstream xorb range is larger than a xorb can be"), None, "error"
+        if not self.s._host_allowed(url):
+            return _error(502, "the upstream xorb host is not allowed"), None, "error"
+        path = self.s.store.new_part_path()
+        try:
+            why, sha = self._download(url, s, e, path)
+            if why is not None:
+                return _error(502, why), None, "error"
+            recon = self.s.index.get(recon_key)
+            terms = XR.term_lengths(json.loads(recon.body), xorb, first, end) if recon is not None else {}
+            with open(path, "rb") as f:
+                bad, starts = XR.verify_range(f, e - s + 1, end - first, terms)
+            if bad is not None:
+                self.s.c[M.INTEGRITY_FAILURES] += 1
+                self.s.log.warning("xorb range failed verification", xorb=xorb, chunks="%d-%d" % (first, end),
+                                   why=bad)
+                return _error(502, "the upstream xorb range failed verification: " + bad), None, "error"
+            blob_id = "sha256/" + sha
+            size = e - s + 1
+            space = self.s.space
+            if space is not None and not space.reserve(blob_id, size):
+                return _error(507, "no room in the cache"), None, "error"
+            blob_path = self.s.store.commit_blob(path, blob_id)
+            path = None
+            for fn in (space and space.committed, self.s.shared and self.s.shared.blob_committed):
+                if fn:
+                    fn(blob_id, size)
+        finally:
+            if path is not None:
+                self.s.store.discard(path)
+        entry = prepare(Entry(FILE, key, size, sha, "", False, blob_id, blob_path, "application/octet-stream"))
+        # where its chunks start: later reconstructions may point inside it (_place)
+        self.s._publish_entry(Entry(CANNED, cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (first, end)),
+                                    status=200, body=json.dumps(starts).encode()))
+        self.s._publish_entry(entry)
+        self.s.c[M.XET_XORB_FILLS] += 1
+        self.s.c[M.XET_XORB_BYTES_FETCHED] += size
+        return entry, None, "miss"
+
+    def _download(self, url, s, e, path):
+        """The upstream bytes [s, e] into `path`. -> (None, sha256 hex) or (why, None)."""
+        try:
+            self.s.c[M.UPSTREAM_REQUESTS] += 1
+            resp = self.s.session.request("GET", url, headers={"Range": "bytes=%d-%d" % (s, e)}, stream=True,
+                                          allow_redirects=False, timeout=self.s.timeout)
+        except requests.RequestException as x:
+            self.s.c[M.UPSTREAM_ERRORS] += 1
+            return "the upstream xorb host failed: %s" % type(x).__name__, None
+        with resp:
+            if resp.status_code not in (200, 206):
+                return "the upstream xorb host answered %d" % resp.status_code, None
+            want = e - s + 1
+            if resp.status_code == 200 and s != 0:
+                return "the upstream xorb host ignored the range", None
+            h, n = hashlib.sha256(), 0
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                for block in resp.iter_content(1 << 20):
+                    if n + len(block) > want:
+                        block = block[:want - n]
+                    os.write(fd, block)     # a regular file: the whole block is written
+                    h.update(block)
+                    n += len(block)
+                    if n >= want:
+                        break
+            except requests.RequestException as x:
+                return "the upstream xorb body failed: %s" % type(x).__name__, None
+            finally:
+                os.close(fd)
+            self.s.c[M.UPSTREAM_BODY_BYTES] += n
+            if n != want:
+                return "the upstream xorb range ended after %d of %d bytes" % (n, want), None
+        return None, h.hexdigest()
+
+    # -- telemetry -------------------------------------------------------------
+
+    def telemetry(self, job):
+        return job.reply(Reply(_json({}), None, "local"))
+
+
+class _Asker:
+    """What _hub_token needs of a job: the Authorization to ask the Hub with."""
+    __slots__ = ("auth",)
+
+    def __init__(self, auth):
+        self.auth = auth
+
+
+_KEPT = object()

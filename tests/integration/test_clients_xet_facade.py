@@ -1,0 +1,146 @@
+"""The real hf_xet through `pulsys --xet facade` (ADR 0019): client -> pulsys (token
+route, CAS, xorb ranges) -> the fake Hub's CAS (pulsys/testing/fake_hub_xet.py).
+
+Cold: pulsys asks the Hub for a Xet token and the upstream CAS for reconstructions and
+xorb ranges, once; the client gets every file byte-exact and never talks to the Hub.
+Warm: a fresh client cache, the fake Hub stopped: the same files from pulsys alone.
+"""
+
+import hashlib
+import json
+import random
+import urllib.request
+
+import pytest
+
+from .clients import client_env, json_out, run_cli, run_client
+from .conftest import GATED, MODEL, populate
+
+pytestmark = pytest.mark.clients
+
+T = 120
+NO_TELEMETRY = {"HF_XET_TELEMETRY_ENABLED": "false"}
+
+
+@pytest.fixture(scope="module")
+def xet_hub(make_hub):
+    hub = make_hub(xet=True)
+    return hub, populate(hub)
+
+
+def _facade(pulsys_server, hub, cache_dir, *args):
+    return pulsys_server(hub, cache_dir, "--xet", "facade", *args,
+                         allow_hosts=[hub.cdn_netloc, hub.xorb_url[len("http://"):]])
+
+
+def _download(venv, proxy, hf_home, repo, filename, *args, env_extra=None):
+    env = client_env(proxy.url, hf_home, **dict(NO_TELEMETRY, **(env_extra or {})))
+    return json_out(run_client(venv, "hf_hub_download", [repo, filename, *args], env, timeout=T, check=False))
+
+
+def _vars(proxy):
+    with urllib.request.urlopen(proxy.admin_url + "/debug/vars", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_hf_xet_cold_then_warm_with_the_hub_stopped(latest_venv, make_hub, pulsys_server, tmp_path,
+                                                    new_hf_home):
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors")
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+    assert out["client"]["hf_xet"] and not out["client"]["xet_disabled"]
+    # pulsys was the CAS: the Hub saw its token route and CAS asked by pulsys, and the
+    # plain-HTTP CDN URL was never used
+    assert hub.count("GET", "/xet-read-token/", server="hub") >= 1
+    assert hub.count("GET", "/reconstructions/", server="cdn") >= 1
+    assert hub.count(None, "/repos/", server="cdn") == 0
+    fetched = hub.xorb_bytes()
+    assert fetched > 0
+    v = _vars(proxy)
+    assert v["xet_tokens"] >= 1 and v["xet_xorb_fills"] >= 1
+    assert v["xet_xorb_bytes_fetched"] == fetched
+
+    # a second client, cold client cache: xorb ranges from pulsys's cache only
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors")
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+    assert hub.xorb_bytes() == 0
+
+    # the Hub down: token, reconstruction and xorbs all from pulsys
+    hub.stop()
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors")
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+
+
+def test_snapshot_and_hf_download_cold_then_warm_offline(latest_venv, xet_hub, pulsys_server, tmp_path,
+                                                         new_hf_home):
+    """2.x snapshot_download builds the token route from /tree's xetHash (no /resolve per
+    LFS file) and `hf download` does what users type; both cold, then warm with pulsys
+    --offline (no upstream at all), byte-exact."""
+    hub, corpus = xet_hub
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+
+    def both(tag):
+        env = client_env(proxy.url, new_hf_home(), **NO_TELEMETRY)
+        out = json_out(run_client(latest_venv, "snapshot_download", [MODEL], env, timeout=T))
+        assert out["files"] == corpus.expected(MODEL)
+        dest = tmp_path / ("hf-download-" + tag)
+        cp = run_cli(latest_venv, "hf", ["download", MODEL, "model.safetensors", "--local-dir", str(dest)],
+                     client_env(proxy.url, new_hf_home(), **NO_TELEMETRY), timeout=T, check=False)
+        assert cp.returncode == 0, cp.stderr
+        got = hashlib.sha256((dest / "model.safetensors").read_bytes()).hexdigest()
+        assert got == corpus.sha256(MODEL, "model.safetensors")
+
+    hub.reset_counters()
+    both("cold")
+    assert hub.count("GET", "/reconstructions/", server="cdn") >= 2      # both LFS files over Xet
+    assert hub.count(None, "/repos/", server="cdn") == 0
+    proxy.stop()
+    proxy.extra_args.append("--offline")
+    proxy.start()
+    hub.reset_counters()
+    both("offline")
+    assert hub.requests == []
+
+
+def test_a_file_the_bridge_refuses_is_served_over_xet(latest_venv, make_hub, pulsys_server, tmp_path,
+                                                      new_hf_home):
+    """The Hub serves files over 50 GB through Xet only (its plain-HTTP bridge refuses
+    them; the fake's `bridge_limit` is that switch at 1 MiB): through --xet strip the
+    client has no way to get one, through --xet facade it gets it byte-exact."""
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    hub.bridge_limit = 1 << 20
+    strip = pulsys_server(hub, tmp_path / "strip", allow_hosts=[hub.cdn_netloc])
+    out = _download(latest_venv, strip, new_hf_home(), MODEL, "model.safetensors")
+    assert "sha256" not in out and out.get("error"), out
+    facade = _facade(pulsys_server, hub, tmp_path / "facade")
+    out = _download(latest_venv, facade, new_hf_home(), MODEL, "model.safetensors")
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+
+
+def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pulsys_server, tmp_path,
+                                                       new_hf_home):
+    """A fine-tune or a new revision shares most chunks with the one before: after the
+    first revision is cached, pulling the second moves only the changed chunk's xorb
+    bytes from upstream (the cached xorb ranges around the unchanged chunks serve them)."""
+    hub = make_hub(xet=True)
+    old = random.Random(19).randbytes(8 * 1024 * 1024)        # 8 MiB: 128 chunks, 8 xorbs
+    new = old[:3 * 1024 * 1024 + 10] + b"fine-tuned" * 10 + old[3 * 1024 * 1024 + 110:]
+    repo = "acme/revised-model"
+    first = hub.add_repo(repo, {"model.safetensors": old})
+    second = hub.commit(repo, {"model.safetensors": new})
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), repo, "model.safetensors", "--revision", first)
+    assert out.get("sha256") == hashlib.sha256(old).hexdigest(), out
+    whole = hub.xorb_bytes()
+    assert whole > 0
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), repo, "model.safetensors", "--revision", second)
+    assert out.get("sha256") == hashlib.sha256(new).hexdigest(), out
+    changed = hub.xorb_bytes()
+    # one 64 KiB chunk changed (LZ4-framed where smaller, plus its 8-byte header)
+    assert 0 < changed <= 64 * 1024 + 64, (changed, whole)
