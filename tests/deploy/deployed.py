@@ -103,12 +103,12 @@ def env_file(path):
 
 
 def substitute(value, mapping):
-    """Replace every key of mapping by its value in strings, lists and dicts, longest first;
+    """Replace every key of mapping by its value in strings, lists, tuples and dicts, longest first;
     keys that are all digits (ports) only as whole numbers."""
     if isinstance(value, dict):
         return {k: substitute(v, mapping) for k, v in value.items()}
-    if isinstance(value, list):
-        return [substitute(v, mapping) for v in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(substitute(v, mapping) for v in value)
     for old in sorted(mapping, key=len, reverse=True):
         pattern = r"(?<!\d)%s(?!\d)" % old if old.isdigit() else re.escape(old)
         value = re.sub(pattern, lambda _: mapping[old], value)
