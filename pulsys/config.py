@@ -259,8 +259,9 @@ SETTINGS = (
             "is remembered (yes and no alike); a revoked access stops within it", metavar="SECONDS"),
     Setting("token_secret_file", "--token-secret-file", str, "",
             "with --upstream-auth client --auth required: the file of the secret that seals the Hub "
-            "tokens keys carry in the admin store (made, mode 0600, when absent; every node sharing "
-            "one --db needs the same file; default: token-secret in the cache dir)", metavar="FILE"),
+            "tokens keys carry in the admin store; with --xet facade: what its CAS tokens and xorb "
+            "URLs are signed with (made, mode 0600, when absent; every node sharing one --db or "
+            "fleet needs the same file; default: token-secret in the cache dir)", metavar="FILE"),
     Setting("allow_upstream_host", "--allow-upstream-host", _allow_hosts, (),
             "extra host[:port] that upstream redirects may be followed to (repeatable; comma-separated "
             "in env); an IP address here also allows connecting to that private or loopback address",

@@ -221,6 +221,8 @@ class XetFacade:
         st = resp.status_code
         if st == 401 and not fresh:
             return self._ask_upstream(tok, file_hash, version, rng, key, fresh=True)
+        if st == 401:       # with a fresh token: this file is not the token's repo's
+            return _error(403, "the upstream CAS refused this file to a token for %s" % tok.repo)
         if st != 200:
             e = _error(st if st in (400, 403, 404, 416, 501) else 502, "the upstream CAS answered %d" % st)
             if st == 416 and resp.headers.get("Content-Range"):

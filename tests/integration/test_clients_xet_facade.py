@@ -9,6 +9,7 @@ Warm: a fresh client cache, the fake Hub stopped: the same files from pulsys alo
 import hashlib
 import json
 import random
+import urllib.error
 import urllib.request
 
 import pytest
@@ -144,3 +145,77 @@ def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pu
     changed = hub.xorb_bytes()
     # one 64 KiB chunk changed (LZ4-framed where smaller, plus its 8-byte header)
     assert 0 < changed <= 64 * 1024 + 64, (changed, whole)
+
+
+def _get(url, token=None, headers=None):
+    req = urllib.request.Request(url, headers=dict(headers or {}, **({"Authorization": "Bearer " + token}
+                                                                      if token else {})))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def test_gated_and_private_refused_per_user_as_the_hub_refuses(latest_venv, make_hub, pulsys_server, tmp_path,
+                                                                new_hf_home):
+    """--upstream-auth client: pulsys mints a CAS token only when the Hub gives that
+    client's own token a Xet token for the repo; the Hub's refusal reaches the client as
+    the Hub sent it; a CAS token for one repo reads no file of another."""
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    private = "acme/private-xet"
+    corpus.add(hub, private, {"model.safetensors": random.Random(5).randbytes(200_000)}, private=True)
+    for who in ("hf_alice", "hf_bob", "hf_carol"):
+        hub.add_user(who)
+    hub.grant("hf_alice", GATED)
+    hub.grant("hf_carol", private)
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache", "--upstream-auth", "client")
+
+    out = _download(latest_venv, proxy, new_hf_home(), GATED, "model.safetensors", "--token", "hf_alice")
+    assert out.get("sha256") == corpus.sha256(GATED, "model.safetensors"), out
+    assert hub.count("GET", "/reconstructions/", server="cdn") >= 1
+    out = _download(latest_venv, proxy, new_hf_home(), GATED, "model.safetensors", "--token", "hf_bob")
+    assert out.get("error") == "GatedRepoError", out
+    out = _download(latest_venv, proxy, new_hf_home(), private, "model.safetensors", "--token", "hf_alice")
+    assert out.get("error") == "RepositoryNotFoundError", out
+
+    # the token route itself: what the Hub answers, status and error code, per user
+    for token, repo in (("hf_bob", GATED), ("hf_alice", private), (None, private)):
+        route = "/api/models/%s/xet-read-token/main" % repo
+        st, h, _ = _get(proxy.url + route, token)
+        hst, hh, _ = _get(hub.url + route, token)
+        assert (st, h.get("X-Error-Code")) == (hst, hh.get("X-Error-Code")), (token, repo)
+        assert st in (401, 403, 404)
+    st, h, body = _get(proxy.url + "/api/models/%s/xet-read-token/main" % GATED, "hf_alice")
+    assert st == 200 and json.loads(body)["casUrl"] == proxy.url + "/cas"
+    alice_cas = json.loads(body)["accessToken"]
+    assert h["X-Xet-Access-Token"] == alice_cas and "hf_alice" not in alice_cas
+
+    # alice's CAS token is for the gated repo: the private repo's file stays closed to it
+    _, _, tree = _get(hub.url + "/api/models/%s/tree/main" % private, "hf_carol")
+    private_hash = [e["xetHash"] for e in json.loads(tree) if e["path"] == "model.safetensors"][0]
+    st, _, _ = _get(proxy.url + "/cas/v2/reconstructions/" + private_hash, alice_cas)
+    assert st in (401, 403, 404)
+    st, _, _ = _get(proxy.url + "/cas/v2/reconstructions/" + private_hash, "pxet1.forged.token")
+    assert st == 401
+    # carol, granted the private repo, gets it over Xet
+    out = _download(latest_venv, proxy, new_hf_home(), private, "model.safetensors", "--token", "hf_carol")
+    assert out.get("sha256") == corpus.sha256(private, "model.safetensors"), out
+
+
+def test_plain_http_clients_unaffected_by_the_facade(latest_venv, xet_hub, pulsys_server, tmp_path, new_hf_home):
+    """A client without Xet (HF_HUB_DISABLE_XET=1, like curl) still downloads over plain
+    HTTP through --xet facade; the Xet signals are there for those who use them."""
+    hub, corpus = xet_hub
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors",
+                    env_extra={"HF_HUB_DISABLE_XET": "1"})
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+    st, h, _ = _get(proxy.url + "/%s/resolve/main/model.safetensors" % MODEL)
+    assert st == 200 and len(h["X-Xet-Hash"]) == 64 and 'rel="xet-auth"' in h["Link"]
+    st, _, body = _get(proxy.url + "/api/models/%s/tree/main" % MODEL)
+    assert st == 200 and b'"xetHash"' in body
+    st, _, body = _get(proxy.url + "/cas/xorbs/%s/0-1?e=9999999999&s=bad" % ("0" * 64))
+    assert st == 403
