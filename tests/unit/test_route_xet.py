@@ -2,18 +2,10 @@
 reconstructions and xorb ranges, and hf_xet's telemetry."""
 
 from pulsys.model import target as T
-from pulsys.model.request import RequestHead
-from pulsys.route import route
+
+from test_route import r
 
 H = "0a" * 32
-
-
-def r(method, target):
-    h = RequestHead()
-    h.method = method
-    h.target = target
-    h.path, _, h.query = target.partition("?")
-    return route(h)
 
 
 def test_token_route_names_its_repo_and_revision():
