@@ -38,9 +38,10 @@ NAMES = (
     # the Hub's fresh verdict; verdicts the Hub was asked for; clients refused as it refused
     "access_checks", "access_asked", "access_refusals",
     # --xet facade (upstream/xet.py): CAS tokens minted; reconstructions answered from the
-    # index / asked upstream; xorb ranges answered from the cache / fetched, and their bytes
+    # index / asked upstream; xorb ranges answered from the cache / fetched, and their bytes;
+    # plain-file bytes assembled from xorb ranges (upstream/xet_plain.py)
     "xet_tokens", "xet_recon_hits", "xet_recon_misses", "xet_xorb_hits", "xet_xorb_fills",
-    "xet_xorb_bytes_fetched",
+    "xet_xorb_bytes_fetched", "xet_assembled_bytes",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -103,6 +104,7 @@ XET_RECON_MISSES = 53
 XET_XORB_HITS = 54
 XET_XORB_FILLS = 55
 XET_XORB_BYTES_FETCHED = 56
+XET_ASSEMBLED_BYTES = 57
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

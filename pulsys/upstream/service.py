@@ -603,8 +603,20 @@ class Upstream:
             if resp is not None:
                 resp.close()
             return self._fill_from_bucket(job, entry, fill)
+        origin = self._xet_origin(job, t, entry)
+        if origin is not None:       # --xet facade: assembled from xorb ranges (upstream/xet_plain.py)
+            if resp is not None:
+                resp.close()
+            return self._run_fill(job, entry, fill, None, "xet:" + entry.headers[0][1], None, origin=origin)
         renew = functools.partial(self.renew_body_url, resolve_url, entry, job.auth) if resolve_url else None
         self._run_fill(job, entry, fill, resp, body_url, renew, origin=self._origin_for(job))
+
+    def _xet_origin(self, job, t, entry):
+        """--xet facade, a Xet file: the Origin that assembles it from xorb ranges, or
+        None (strip, a regular file, or no reconstruction to be had)."""
+        if self.xet is None or not entry.headers or entry.headers[0][0] != "X-Xet-Hash" or not entry.size:
+            return None
+        return self.xet.plain_origin(job, t, entry.headers[0][1], entry.commit, entry.size)
 
     def _xet_headers(self, t, h, commit):
         """--xet facade: the Xet signals a FILE answer keeps (xet-protocol.md §1), its

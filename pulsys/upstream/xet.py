@@ -41,8 +41,11 @@ from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.job import Reply
 from pulsys.model.key import cache_key, repo_prefix
 from pulsys.upstream import headers as UH
+from pulsys.upstream import xet_plain as XP
 from pulsys.upstream import xet_recon as XR
+from pulsys.upstream.fill import Origin
 from pulsys.upstream.flights import Flights
+from pulsys.upstream.xet_tokens import CasToken
 
 TOKEN_TTL = 3600            # seconds a CAS token pulsys mints is valid (at most the Hub's)
 URL_TTL = 3600              # seconds a xorb URL pulsys signs is valid
@@ -193,10 +196,11 @@ class XetFacade:
         self.s._publish_entry(Entry(CANNED, member, status=204))
         return self._answer(job, got, version, key, base, "miss")
 
-    def _ask_upstream(self, tok, file_hash, version, rng, key, fresh=False):
+    def _ask_upstream(self, tok, file_hash, version, rng, key, fresh=False, auth=None):
         """The upstream answer's bytes (also published under `key`), or an Entry to
-        answer with instead (a refusal, 416, or upstream's failure)."""
-        job = _Asker(self._hub_auth(tok))
+        answer with instead (a refusal, 416, or upstream's failure). auth: what the Hub
+        is asked with when not the CAS token's holder's kept token (a plain client's)."""
+        job = _Asker(auth if auth is not None else self._hub_auth(tok))
         try:
             st, cas, token, _, _, _ = self._hub_token(job, tok.who, tok.rtype, tok.repo, tok.rev, fresh)
             if st == 401 and job.auth is _KEPT:
@@ -220,7 +224,7 @@ class XetFacade:
             return _error(502, "the upstream CAS failed: %s" % type(e).__name__)
         st = resp.status_code
         if st == 401 and not fresh:
-            return self._ask_upstream(tok, file_hash, version, rng, key, fresh=True)
+            return self._ask_upstream(tok, file_hash, version, rng, key, True, auth)
         if st == 401:       # with a fresh token: this file is not the token's repo's
             return _error(403, "the upstream CAS refused this file to a token for %s" % tok.repo)
         if st != 200:
@@ -239,6 +243,7 @@ class XetFacade:
         """What the Hub is asked with on behalf of a CAS token's holder: pulsys's own
         token in service mode; in client mode only the Hub token kept for that client."""
         return None if self.s.access is None else _KEPT
+
 
     def _answer(self, job, body, version, key, base, outcome):
         answer = json.loads(body)
@@ -288,19 +293,24 @@ class XetFacade:
         why = self.tokens.xorb_ok(xorb, first, end, t.query)
         if why is not None:
             return job.reply(Reply(_error(403, why), None, "refused"))
-        key = cache_key(T.XET_XORB, "xet", xorb, "", t.path)
+        return job.reply(Reply(*self._ensure(xorb, first, end)))
+
+    def _ensure(self, xorb, first, end):
+        """(entry, fill, outcome) for chunks [first, end) of `xorb`: cached, or fetched
+        once however many ask at a time; entry is an error to answer with when neither."""
+        key = cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (first, end))
         e = self._cached(key)
         if e is not None:
             self.s.c[M.XET_XORB_HITS] += 1
-            return job.reply(Reply(e, None, "hit"))
+            return e, None, "hit"
         flight, leader = self.flights.join(key)
         if not leader:
             flight.wait(self.s.timeout[1] * 4)
             e = self._cached(key)
             if e is not None:
-                return job.reply(Reply(e, None, "fill-join"))
+                return e, None, "fill-join"
         try:
-            return job.reply(Reply(*self._fill(xorb, first, end, key)))
+            return self._fill(xorb, first, end, key)
         finally:
             if leader:
                 self.flights.end(key, flight)
@@ -394,6 +404,65 @@ class XetFacade:
                 return "the upstream xorb range ended after %d of %d bytes" % (n, want), None
         return None, h.hexdigest()
 
+    # -- plain files from xorb ranges (xet_plain.py) ----------------------------
+
+    def plain_origin(self, job, t, xet_hash, commit, size):
+        """The Origin a plain client's fill of this Xet file assembles it from, or None
+        (the whole reconstruction cannot be had: the Hub's bridge serves it instead)."""
+        auth = job.auth if self.s.access is not None else None
+        who = digest(auth) if auth else ""
+        got = None
+        for version in (1, 2):
+            for span in ("all", "0-%d" % (size - 1)):
+                key = cache_key(T.XET_RECON, "xet", xet_hash, "v%d" % version, span)
+                e = self.s.index.get(key)
+                if e is not None:
+                    got = (e.body, version, key)
+                    break
+            if got is not None:
+                break
+        if got is None:
+            if self.s.offline:
+                return None
+            tok = CasToken(who, t.rtype, t.repo, commit, 0)
+            key = cache_key(T.XET_RECON, "xet", xet_hash, "v1", "all")
+            body = self._ask_upstream(tok, xet_hash, 1, "", key, auth=auth)
+            if isinstance(body, Entry):
+                self.s.log.info("no Xet reconstruction for a plain download: the bridge serves it",
+                                repo=t.repo, status=body.status)
+                return None
+            self.s._publish_entry(Entry(CANNED, cache_key(T.XET_RECON, t.rtype, t.repo, "member", xet_hash),
+                                        status=204))
+            got = (body, 1, key)
+        try:
+            answer = json.loads(got[0])
+            for xorb, a, b, url, s, e in XR.sources(answer, got[1]):
+                self.sources[(xorb, a, b)] = (url, s, e, got[2], got[1])
+            plan = XP.Plan(answer, size) if got[1] == 1 else XP.Plan(_as_v1(answer), size)
+        except (ValueError, XR.BadAnswer) as e:
+            self.s.log.warning("unusable Xet reconstruction for a plain download", repo=t.repo, why=str(e))
+            return None
+        return Origin(XP.request_for(plan, self._chunks), lambda url: True, M.XET_ASSEMBLED_BYTES,
+                      refetches=False)
+
+    def _chunks(self, xorb, first, end, fetch):
+        """Decoded chunks [first, end) of `xorb`, from a cached range that holds them or
+        from the fetch range of the reconstruction that does, fetched now."""
+        for (c, d), starts in self._cached_ranges(xorb).items():
+            if c <= first and end <= d:
+                e = self._cached(cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (c, d)))
+                if e is not None:
+                    return XP.read_chunks(e.blob_path, starts, first - c, end - c)
+        for c, d in fetch:
+            if c <= first and end <= d:
+                e, _, _ = self._ensure(xorb, c, d)
+                if e.kind != FILE:
+                    raise UpstreamError("xorb range %s %d-%d: %s" % (xorb, c, d, e.body.decode()))
+                starts = json.loads(self.s.index.get(
+                    cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (c, d))).body)
+                return XP.read_chunks(e.blob_path, starts, first - c, end - c)
+        raise UpstreamError("the reconstruction names chunks %d-%d of %s in no fetch range" % (first, end, xorb))
+
     # -- telemetry -------------------------------------------------------------
 
     def telemetry(self, job):
@@ -409,3 +478,13 @@ class _Asker:
 
 
 _KEPT = object()
+
+
+def _as_v1(answer):
+    """A v2 answer's fetch part in v1's shape (what xet_plain.Plan reads)."""
+    fetch = {}
+    for xorb, a, b, url, s, e in XR.sources(answer, 2):
+        fetch.setdefault(xorb, []).append({"range": {"start": a, "end": b}, "url": url,
+                                           "url_range": {"start": s, "end": e}})
+    return {"offset_into_first_range": answer["offset_into_first_range"], "terms": answer["terms"],
+            "fetch_info": fetch}

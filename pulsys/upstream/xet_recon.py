@@ -115,11 +115,29 @@ def verify_range(f, size, chunks, terms):
     return None, starts + [pos]
 
 
+def decode_chunk(raw):
+    """The uncompressed bytes of one chunk as the wire carries it (header, then data)."""
+    return _decode(raw[4], raw[HEADER:])
+
+
 def _decode(scheme, data):
     if scheme == 0:
         return data
     if scheme == 1:
         return lz4.frame.decompress(data)
     if scheme == 2:
-        return lz4.frame.decompress(data)   # byte-grouped: the length is what is checked
+        return ungroup4(lz4.frame.decompress(data))
     raise ValueError("unknown compression scheme %d" % scheme)
+
+
+def ungroup4(grouped):
+    """Undo byte grouping (§5 scheme 2): byte i of the data went to group i % 4, the
+    groups were concatenated, the first n % 4 groups one byte longer."""
+    n = len(grouped)
+    out = bytearray(n)
+    at = 0
+    for g in range(4):
+        size = n // 4 + (1 if g < n % 4 else 0)
+        out[g::4] = grouped[at:at + size]
+        at += size
+    return bytes(out)

@@ -145,6 +145,14 @@ def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pu
     changed = hub.xorb_bytes()
     # one 64 KiB chunk changed (LZ4-framed where smaller, plus its 8-byte header)
     assert 0 < changed <= 64 * 1024 + 64, (changed, whole)
+    # a plain-HTTP client of a third revision: assembled from xorb ranges, so it too
+    # costs only the changed chunk, and nothing through the Hub's bridge
+    third = hub.commit(repo, {"model.safetensors": new[:5 << 20] + b"again" + new[(5 << 20) + 5:]})
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), repo, "model.safetensors", "--revision", third,
+                    env_extra={"HF_HUB_DISABLE_XET": "1"})
+    assert out.get("sha256") == hashlib.sha256(new[:5 << 20] + b"again" + new[(5 << 20) + 5:]).hexdigest(), out
+    assert 0 < hub.xorb_bytes() <= 64 * 1024 + 64 and hub.total_body_bytes() == 0
 
 
 def _get(url, token=None, headers=None):
@@ -205,14 +213,35 @@ def test_gated_and_private_refused_per_user_as_the_hub_refuses(latest_venv, make
     assert out.get("sha256") == corpus.sha256(private, "model.safetensors"), out
 
 
-def test_plain_http_clients_unaffected_by_the_facade(latest_venv, xet_hub, pulsys_server, tmp_path, new_hf_home):
-    """A client without Xet (HF_HUB_DISABLE_XET=1, like curl) still downloads over plain
-    HTTP through --xet facade; the Xet signals are there for those who use them."""
+def test_one_download_serves_both_kinds_of_client(latest_venv, xet_hub, pulsys_server, tmp_path, new_hf_home):
+    """A plain-HTTP client (HF_HUB_DISABLE_XET=1, like curl) gets a Xet file assembled
+    from xorb ranges (ADR 0019 point 4), never through the Hub's bridge: in either order,
+    the second kind of client costs no upstream bytes. The Xet signals are there for
+    those who use them; a forged xorb URL is refused."""
     hub, corpus = xet_hub
     proxy = _facade(pulsys_server, hub, tmp_path / "cache")
-    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors",
-                    env_extra={"HF_HUB_DISABLE_XET": "1"})
+    plain = {"HF_HUB_DISABLE_XET": "1"}
+    size = len(corpus.data(MODEL, "model.safetensors"))
+
+    hub.reset_counters()          # plain first, then hf_xet
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors", env_extra=plain)
     assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+    assert hub.total_body_bytes() == 0 and hub.xorb_bytes() > 0
+    assert _vars(proxy)["xet_assembled_bytes"] == size
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "model.safetensors")
+    assert out.get("sha256") == corpus.sha256(MODEL, "model.safetensors"), out
+    assert hub.xorb_bytes() == 0 and hub.total_body_bytes() == 0
+
+    hub.reset_counters()          # hf_xet first, then plain
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "weights/extra.bin")
+    assert out.get("sha256") == corpus.sha256(MODEL, "weights/extra.bin"), out
+    assert hub.xorb_bytes() > 0
+    hub.reset_counters()
+    out = _download(latest_venv, proxy, new_hf_home(), MODEL, "weights/extra.bin", env_extra=plain)
+    assert out.get("sha256") == corpus.sha256(MODEL, "weights/extra.bin"), out
+    assert hub.xorb_bytes() == 0 and hub.total_body_bytes() == 0
+
     st, h, _ = _get(proxy.url + "/%s/resolve/main/model.safetensors" % MODEL)
     assert st == 200 and len(h["X-Xet-Hash"]) == 64 and 'rel="xet-auth"' in h["Link"]
     st, _, body = _get(proxy.url + "/api/models/%s/tree/main" % MODEL)
