@@ -14,7 +14,9 @@ from pulsys.model import target as T
 from pulsys.model.entry import FILE
 from pulsys.model.key import REV, repo_prefix
 
-CACHED_KINDS = (T.RESOLVE, T.API_INFO, T.API_TREE, T.API_PATHS_INFO)
+# XET_RECON: with --xet facade, the record that a file belongs to the repo (upstream/xet.py);
+# xorb ranges and reconstructions are content, shared by repos, left to LRU eviction
+CACHED_KINDS = (T.RESOLVE, T.API_INFO, T.API_TREE, T.API_PATHS_INFO, T.XET_RECON)
 
 
 def _rev_of(key):

@@ -22,6 +22,7 @@ Three routes, answered on pool threads:
           never forwarded.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ import requests
 
 from pulsys import metrics as M
 from pulsys.auth.access import digest
-from pulsys.errors import UpstreamError
+from pulsys.errors import CacheCorrupt, UpstreamError
 from pulsys.http1.heads import prepare
 from pulsys.model import target as T
 from pulsys.model.entry import CANNED, FILE, Entry
@@ -176,10 +177,11 @@ class XetFacade:
         base = self.s._link_base(job)
         if base is None:
             return job.reply(Reply(_error(400, "no usable Host header: set --public-base-url"), None, "error"))
+        renew = functools.partial(self._ask_upstream, tok, file_hash, version, rng, key, True)
         cached = self.s.index.get(key)
         if cached is not None and self.s.index.get(member) is not None:
             self.s.c[M.XET_RECON_HITS] += 1
-            return self._answer(job, cached.body, version, key, base, "hit")
+            return self._answer(job, cached.body, version, key, base, "hit", renew)
         self.s.c[M.XET_RECON_MISSES] += 1
         if self.s.offline:
             return self.s._unavailable(job, None)
@@ -194,7 +196,7 @@ class XetFacade:
         if isinstance(got, Entry):
             return job.reply(Reply(got, None, "refused" if got.status < 500 else "error"))
         self.s._publish_entry(Entry(CANNED, member, status=204))
-        return self._answer(job, got, version, key, base, "miss")
+        return self._answer(job, got, version, key, base, "miss", renew)
 
     def _ask_upstream(self, tok, file_hash, version, rng, key, fresh=False, auth=None):
         """The upstream answer's bytes (also published under `key`), or an Entry to
@@ -245,16 +247,21 @@ class XetFacade:
         return None if self.s.access is None else _KEPT
 
 
-    def _answer(self, job, body, version, key, base, outcome):
-        answer = json.loads(body)
-        expires = int(self.wall() + URL_TTL)
+    def _register(self, answer, version, key, renew):
+        """Where each chunk range of an upstream answer can be fetched, and how to ask
+        for new URLs when those expire (renew() -> the answer's new bytes, or an Entry)."""
         srcs = self.sources
         for xorb, a, b, url, s, e in XR.sources(answer, version):
-            srcs[(xorb, a, b)] = (url, s, e, key, version)
+            srcs[(xorb, a, b)] = (url, s, e, key, version, renew)
         if len(srcs) > 200_000:
             with self._lock:
                 for k in list(srcs)[:100_000]:
                     srcs.pop(k, None)
+
+    def _answer(self, job, body, version, key, base, outcome, renew):
+        answer = json.loads(body)
+        expires = int(self.wall() + URL_TTL)
+        self._register(answer, version, key, renew)
         cached = {}
 
         def place(xorb, a, b, size):
@@ -316,39 +323,69 @@ class XetFacade:
                 self.flights.end(key, flight)
 
     def _cached(self, key):
+        """The entry of a cached xorb range, its blob on disk (and now most recently
+        used: these are served through a Reply, which reactors do not count as warm
+        hits for LRU eviction), or None."""
         e = self.s.index.get(key)
         if e is not None and e.blob_path is not None and self.s.store.has_blob(e.blob_id, e.size):
+            if self.s.space is not None:
+                self.s.space.touch_many(((e.blob_id, time.monotonic()),))
             return e
         return None
 
     def _fill(self, xorb, first, end, key):
-        src = self.sources.get((xorb, first, end))
         if self.s.offline:
             return _error(503, "--offline: this xorb range is not cached"), None, "offline"
+        if self.s.shared is not None:
+            got = self._from_bucket(xorb, first, end, key)
+            if got is not None:
+                return got
+        src = self.sources.get((xorb, first, end))
         if src is None:
             # a URL from before a restart: a 403 makes hf_xet ask the reconstruction again
             return _error(403, "unknown xorb range: ask the reconstruction again"), None, "refused"
-        url, s, e, recon_key, version = src
+        url, s, e, recon_key, version, renew = src
         if e - s + 1 > MAX_XORB_RANGE:
             return _error(502, "the upstream xorb range is larger than a xorb can be"), None, "error"
-        if not self.s._host_allowed(url):
-            return _error(502, "the upstream xorb host is not allowed"), None, "error"
         path = self.s.store.new_part_path()
         try:
             why, sha = self._download(url, s, e, path)
+            if why == FORBIDDEN and renew is not None:
+                # the upstream URL expired: ask the reconstruction again for new ones
+                self.s.c[M.FILL_REFETCHES] += 1
+                body = renew()
+                if not isinstance(body, Entry):
+                    self._register(json.loads(body), version, recon_key, renew)
+                    url, s, e = self.sources.get((xorb, first, end), src)[:3]
+                    self.s.store.discard(path)
+                    path = self.s.store.new_part_path()
+                    why, sha = self._download(url, s, e, path)
             if why is not None:
                 return _error(502, why), None, "error"
             recon = self.s.index.get(recon_key)
             terms = XR.term_lengths(json.loads(recon.body), xorb, first, end) if recon is not None else {}
+            got = self._keep(path, e - s + 1, sha, xorb, first, end, key, terms)
+            path = None
+        finally:
+            if path is not None:
+                self.s.store.discard(path)
+        if got[0].kind == FILE:
+            self.s.c[M.XET_XORB_FILLS] += 1
+            self.s.c[M.XET_XORB_BYTES_FETCHED] += got[0].size
+        return got
+
+    def _keep(self, path, size, sha, xorb, first, end, key, terms):
+        """Verify the xorb range in part file `path` and store it (or discard it). ->
+        (entry, None, outcome); entry an error when it failed."""
+        try:
             with open(path, "rb") as f:
-                bad, starts = XR.verify_range(f, e - s + 1, end - first, terms)
+                bad, starts = XR.verify_range(f, size, end - first, terms)
             if bad is not None:
                 self.s.c[M.INTEGRITY_FAILURES] += 1
                 self.s.log.warning("xorb range failed verification", xorb=xorb, chunks="%d-%d" % (first, end),
                                    why=bad)
-                return _error(502, "the upstream xorb range failed verification: " + bad), None, "error"
+                return _error(502, "the xorb range failed verification: " + bad), None, "error"
             blob_id = "sha256/" + sha
-            size = e - s + 1
             space = self.s.space
             if space is not None and not space.reserve(blob_id, size):
                 return _error(507, "no room in the cache"), None, "error"
@@ -365,12 +402,42 @@ class XetFacade:
         self.s._publish_entry(Entry(CANNED, cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (first, end)),
                                     status=200, body=json.dumps(starts).encode()))
         self.s._publish_entry(entry)
-        self.s.c[M.XET_XORB_FILLS] += 1
-        self.s.c[M.XET_XORB_BYTES_FETCHED] += size
         return entry, None, "miss"
 
-    def _download(self, url, s, e, path):
-        """The upstream bytes [s, e] into `path`. -> (None, sha256 hex) or (why, None)."""
+    def _from_bucket(self, xorb, first, end, key):
+        """--shared-store: the range from the fleet's bucket, where another node put it
+        (its entry names its blob), verified as from upstream; None when not there."""
+        shared = self.s.shared
+        e = self.s._from_bucket(key, False)
+        if e is None or e.kind != FILE or not e.blob_id.startswith("sha256/") \
+                or not shared.has_blob(e.blob_id, e.size):
+            return None
+        url, _ = shared.start_fill(e.blob_id)
+        path = self.s.store.new_part_path()
+        ended = _Ended(e.blob_id)
+        try:
+            why, sha = self._download(url, 0, e.size - 1, path, M.SHARED_BODY_BYTES)
+            if why is None and "sha256/" + sha != e.blob_id:
+                why = "the bucket's copy has another sha256"
+                ended.error = CacheCorrupt(why)
+            if why is not None:
+                ended.error = ended.error or UpstreamError(why)
+                self.s.log.warning("xorb range not taken from the bucket", xorb=xorb, why=why)
+                return None            # the Hub's CAS, as if the bucket had nothing
+            got = self._keep(path, e.size, sha, xorb, first, end, key, {})
+            path = None
+            return got if got[0].kind == FILE else None
+        finally:
+            if path is not None:
+                self.s.store.discard(path)
+            shared.fill_ended(ended)
+
+    def _download(self, url, s, e, path, counter=M.UPSTREAM_BODY_BYTES):
+        """The bytes [s, e] at `url` into `path`. -> (None, sha256 hex) or (why, None);
+        why is FORBIDDEN for a 403 (an expired signed URL). The bucket's presigned URLs
+        (counted as shared bytes) are on its endpoint, trusted by configuration."""
+        if counter != M.SHARED_BODY_BYTES and not self.s._host_allowed(url):
+            return "the xorb host is not an allowed upstream host", None
         try:
             self.s.c[M.UPSTREAM_REQUESTS] += 1
             resp = self.s.session.request("GET", url, headers={"Range": "bytes=%d-%d" % (s, e)}, stream=True,
@@ -379,6 +446,8 @@ class XetFacade:
             self.s.c[M.UPSTREAM_ERRORS] += 1
             return "the upstream xorb host failed: %s" % type(x).__name__, None
         with resp:
+            if resp.status_code == 403:
+                return FORBIDDEN, None
             if resp.status_code not in (200, 206):
                 return "the upstream xorb host answered %d" % resp.status_code, None
             want = e - s + 1
@@ -399,7 +468,7 @@ class XetFacade:
                 return "the upstream xorb body failed: %s" % type(x).__name__, None
             finally:
                 os.close(fd)
-            self.s.c[M.UPSTREAM_BODY_BYTES] += n
+            self.s.c[counter] += n
             if n != want:
                 return "the upstream xorb range ended after %d of %d bytes" % (n, want), None
         return None, h.hexdigest()
@@ -434,10 +503,11 @@ class XetFacade:
             self.s._publish_entry(Entry(CANNED, cache_key(T.XET_RECON, t.rtype, t.repo, "member", xet_hash),
                                         status=204))
             got = (body, 1, key)
+        tok = CasToken(who, t.rtype, t.repo, commit, 0)
+        renew = functools.partial(self._ask_upstream, tok, xet_hash, got[1], "", got[2], True, auth)
         try:
             answer = json.loads(got[0])
-            for xorb, a, b, url, s, e in XR.sources(answer, got[1]):
-                self.sources[(xorb, a, b)] = (url, s, e, got[2], got[1])
+            self._register(answer, got[1], got[2], renew)
             plan = XP.Plan(answer, size) if got[1] == 1 else XP.Plan(_as_v1(answer), size)
         except (ValueError, XR.BadAnswer) as e:
             self.s.log.warning("unusable Xet reconstruction for a plain download", repo=t.repo, why=str(e))
@@ -478,6 +548,15 @@ class _Asker:
 
 
 _KEPT = object()
+FORBIDDEN = "the upstream xorb host answered 403"
+
+
+class _Ended:
+    """What SharedTier.fill_ended reads of a fill from the bucket."""
+    __slots__ = ("blob_id", "error")
+
+    def __init__(self, blob_id):
+        self.blob_id, self.error = blob_id, None
 
 
 def _as_v1(answer):

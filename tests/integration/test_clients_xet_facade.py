@@ -9,10 +9,12 @@ Warm: a fresh client cache, the fake Hub stopped: the same files from pulsys alo
 import hashlib
 import json
 import random
-import urllib.error
+import time
 import urllib.request
 
 import pytest
+
+from tests import xetclient
 
 from .clients import client_env, json_out, run_cli, run_client
 from .conftest import GATED, MODEL, populate
@@ -155,17 +157,6 @@ def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pu
     assert 0 < hub.xorb_bytes() <= 64 * 1024 + 64 and hub.total_body_bytes() == 0
 
 
-def _get(url, token=None, headers=None):
-    req = urllib.request.Request(url, headers=dict(headers or {}, **({"Authorization": "Bearer " + token}
-                                                                      if token else {})))
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=10) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-
-
 def test_gated_and_private_refused_per_user_as_the_hub_refuses(latest_venv, make_hub, pulsys_server, tmp_path,
                                                                 new_hf_home):
     """--upstream-auth client: pulsys mints a CAS token only when the Hub gives that
@@ -192,21 +183,21 @@ def test_gated_and_private_refused_per_user_as_the_hub_refuses(latest_venv, make
     # the token route itself: what the Hub answers, status and error code, per user
     for token, repo in (("hf_bob", GATED), ("hf_alice", private), (None, private)):
         route = "/api/models/%s/xet-read-token/main" % repo
-        st, h, _ = _get(proxy.url + route, token)
-        hst, hh, _ = _get(hub.url + route, token)
+        st, h, _ = xetclient.get(proxy.url + route, token)
+        hst, hh, _ = xetclient.get(hub.url + route, token)
         assert (st, h.get("X-Error-Code")) == (hst, hh.get("X-Error-Code")), (token, repo)
         assert st in (401, 403, 404)
-    st, h, body = _get(proxy.url + "/api/models/%s/xet-read-token/main" % GATED, "hf_alice")
+    st, h, body = xetclient.get(proxy.url + "/api/models/%s/xet-read-token/main" % GATED, "hf_alice")
     assert st == 200 and json.loads(body)["casUrl"] == proxy.url + "/cas"
     alice_cas = json.loads(body)["accessToken"]
     assert h["X-Xet-Access-Token"] == alice_cas and "hf_alice" not in alice_cas
 
     # alice's CAS token is for the gated repo: the private repo's file stays closed to it
-    _, _, tree = _get(hub.url + "/api/models/%s/tree/main" % private, "hf_carol")
+    _, _, tree = xetclient.get(hub.url + "/api/models/%s/tree/main" % private, "hf_carol")
     private_hash = [e["xetHash"] for e in json.loads(tree) if e["path"] == "model.safetensors"][0]
-    st, _, _ = _get(proxy.url + "/cas/v2/reconstructions/" + private_hash, alice_cas)
+    st, _, _ = xetclient.get(proxy.url + "/cas/v2/reconstructions/" + private_hash, alice_cas)
     assert st in (401, 403, 404)
-    st, _, _ = _get(proxy.url + "/cas/v2/reconstructions/" + private_hash, "pxet1.forged.token")
+    st, _, _ = xetclient.get(proxy.url + "/cas/v2/reconstructions/" + private_hash, "pxet1.forged.token")
     assert st == 401
     # carol, granted the private repo, gets it over Xet
     out = _download(latest_venv, proxy, new_hf_home(), private, "model.safetensors", "--token", "hf_carol")
@@ -242,9 +233,24 @@ def test_one_download_serves_both_kinds_of_client(latest_venv, xet_hub, pulsys_s
     assert out.get("sha256") == corpus.sha256(MODEL, "weights/extra.bin"), out
     assert hub.xorb_bytes() == 0 and hub.total_body_bytes() == 0
 
-    st, h, _ = _get(proxy.url + "/%s/resolve/main/model.safetensors" % MODEL)
+    st, h, _ = xetclient.get(proxy.url + "/%s/resolve/main/model.safetensors" % MODEL)
     assert st == 200 and len(h["X-Xet-Hash"]) == 64 and 'rel="xet-auth"' in h["Link"]
-    st, _, body = _get(proxy.url + "/api/models/%s/tree/main" % MODEL)
+    st, _, body = xetclient.get(proxy.url + "/api/models/%s/tree/main" % MODEL)
     assert st == 200 and b'"xetHash"' in body
-    st, _, body = _get(proxy.url + "/cas/xorbs/%s/0-1?e=9999999999&s=bad" % ("0" * 64))
+    st, _, body = xetclient.get(proxy.url + "/cas/xorbs/%s/0-1?e=9999999999&s=bad" % ("0" * 64))
     assert st == 403
+
+
+def test_expired_upstream_xorb_urls_are_renewed(make_hub, pulsys_server, tmp_path):
+    """The upstream CAS's xorb URLs expire (403); pulsys, holding a reconstruction whose
+    URLs have, asks it again for new ones and serves the range."""
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    hub.xorb_url_ttl = 1
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    cas, token = xetclient.cas_token(proxy.url, MODEL)
+    answer = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, MODEL, "model.safetensors"))
+    time.sleep(2.2)                  # the upstream URLs pulsys holds are expired now
+    assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
+    assert hub.count("GET", "/reconstructions/", server="cdn") == 2
+    assert _vars(proxy)["fill_refetches"] >= 1
