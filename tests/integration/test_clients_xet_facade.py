@@ -246,11 +246,11 @@ def test_expired_upstream_xorb_urls_are_renewed(make_hub, pulsys_server, tmp_pat
     URLs have, asks it again for new ones and serves the range."""
     hub = make_hub(xet=True)
     corpus = populate(hub)
-    hub.xorb_url_ttl = 1
+    hub.xorb_url_ttl = 2               # seconds (whole: 1 to 2 s of validity)
     proxy = _facade(pulsys_server, hub, tmp_path / "cache")
     cas, token = xetclient.cas_token(proxy.url, MODEL)
     answer = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, MODEL, "model.safetensors"))
-    time.sleep(2.2)                  # the upstream URLs pulsys holds are expired now
+    time.sleep(3.1)                  # the upstream URLs pulsys holds are expired now
     assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
     assert hub.count("GET", "/reconstructions/", server="cdn") == 2
     assert _vars(proxy)["fill_refetches"] >= 1
