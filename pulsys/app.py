@@ -114,7 +114,7 @@ class _Base:
         self.cache_plane = CachePlane(
             self.plane.db, self.index, self.store, self.space, self._drop_fds, self.pool.submit,
             self.node_id, max(1, min(4, config.fill_threads // 2)), get_logger("admin"),
-            self.local.downloads)
+            self.local.downloads, self.counter_lists, config.history_interval)
         self.downloads = self.cache_plane.downloads
         self.api = AdminApi(self.plane.keys, self.plane.gate, self.plane.sync, self.cache_plane, self.vars)
         self.admin = None
@@ -232,8 +232,12 @@ class Server(_Base):
         for r in self.reactors:
             r.mailbox.post(r.fdcache.forget, paths)
 
+    def counter_lists(self):
+        """Every counter list of this server: its reactors' and the pool threads'."""
+        return [r.counters for r in self.reactors] + self.pool_counters.lists()
+
     def vars(self):
-        d = M.merged([r.counters for r in self.reactors] + self.pool_counters.lists())
+        d = M.merged(self.counter_lists())
         d.update(self._common_vars())
         d["open_connections"] = sum(r.open_sockets() for r in self.reactors)
         return d
@@ -276,6 +280,7 @@ class Server(_Base):
             r.stop()
         for t in self.threads:
             t.join(timeout=5)
+        self.cache_plane.history.stop()
         self.cache_plane.stop_jobs()
         self.pool.shutdown()
         self._close_store()
@@ -319,9 +324,13 @@ class ProcessServer(_Base):
         return all(s.ready.is_set() and s.proc is not None and s.proc.poll() is None
                    for s in self.supervisor.slots)
 
+    def counter_lists(self):
+        """Every counter list of this server: its workers' rows and the pool threads'."""
+        return self.supervisor.counter_lists() + self.pool_counters.lists()
+
     def vars(self):
         sup = self.supervisor
-        d = M.merged(sup.counter_lists() + self.pool_counters.lists())
+        d = M.merged(self.counter_lists())
         d.update(self._common_vars())
         backend, sender = sup.backend()
         if backend:
@@ -362,6 +371,7 @@ class ProcessServer(_Base):
     def shutdown(self):
         if self.admin is not None:
             self.admin.stop()
+        self.cache_plane.history.stop()     # the workers' counter rows go with them
         self.supervisor.stop()
         self.cache_plane.stop_jobs()
         self.pool.shutdown()

@@ -298,6 +298,10 @@ SETTINGS = (
     Setting("node_id", "--node-id", _node_id, "",
             "this node's name in a fleet: in logs, /debug/vars and on the objects it uploads to "
             "--shared-store (default: the host name)", metavar="NAME"),
+    Setting("history_interval", "--history-interval", _seconds("--history-interval"), "10",
+            "seconds between samples of the counters for the throughput history (the console's "
+            "charts, /api/v1/history); buckets are 1 and 15 minutes wide whatever it is",
+            metavar="SECONDS"),
     Setting("log_format", "--log-format", _choice("--log-format", ("console", "json")), "console",
             "log output format", choices=("console", "json")),
     Setting("log_level", "--log-level", _choice("--log-level", ("debug", "info", "warning", "error")),
@@ -411,6 +415,7 @@ class Config:
     shared_store_endpoint: str = ""
     shared_store_region: str = ""
     node_id: str = ""
+    history_interval: float = 10.0
     extra: dict = field(default_factory=dict)
 
     @property

@@ -12,6 +12,7 @@ import re
 import urllib.parse
 
 from pulsys.admin.errors import AdminError, bad_request
+from pulsys.admin.history import HISTORY_ROUTES
 from pulsys.admin.jobs_api import JOB_ROUTES
 from pulsys.admin.keys_api import KEY_ROUTES
 from pulsys.admin.stats_api import STATS_ROUTES
@@ -66,8 +67,8 @@ def whoami(api, req):
 
 class AdminApi:
     def __init__(self, keys, gate, sync, cache=None, vars_fn=None):
-        """cache: the admin.plane.CachePlane, whose routes (stats, repos, purge, pre-warm
-        jobs) are served only with one; vars_fn: the /debug/vars snapshot /api/v1/stats uses."""
+        """cache: the admin.plane.CachePlane, whose routes (stats, history, repos, purge,
+        pre-warm jobs) are served only with one; vars_fn: the /debug/vars snapshot /api/v1/stats uses."""
         self.keys = keys          # admin.keys.KeyService
         self.gate = gate          # auth.gate.Gate, kept fresh by sync
         self.sync = sync          # admin.keysync.KeySync
@@ -75,9 +76,10 @@ class AdminApi:
         self.cache = cache.view if cache is not None else None
         self.downloads = cache.downloads if cache is not None else None
         self.prewarm = cache.prewarm if cache is not None else None
+        self.history = cache.history if cache is not None else None
         self.routes = [("GET", re.compile(r"/api/v1/whoami"), whoami, "read")] + list(KEY_ROUTES)
         if cache is not None:
-            self.routes += STATS_ROUTES + JOB_ROUTES
+            self.routes += STATS_ROUTES + HISTORY_ROUTES + JOB_ROUTES
 
     def handle(self, method, target, authorization, body, as_key=None):
         """-> (status, document, extra headers) or None when no route has this path.

@@ -69,7 +69,8 @@ class Console:
             "/console/keys/revoke": P.revoke_key, "/console/jobs": P.start_job,
             "/console/jobs/cancel": P.cancel_job, "/console/repos/purge": P.purge_repo,
         }
-        self.feeds = {"/console/api/jobs": "/api/v1/jobs", "/console/api/stats": "/api/v1/stats"}
+        self.feeds = {"/console/api/jobs": "/api/v1/jobs", "/console/api/stats": "/api/v1/stats",
+                      "/console/api/history": "/api/v1/history"}
 
     @staticmethod
     def owns(path):

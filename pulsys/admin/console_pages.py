@@ -145,9 +145,30 @@ def dashboard(console, s, query):
     rows = ['<tr><td>%s</td><td>%s</td><td class="num">%d</td><td class="num">%s</td></tr>'
             % (e(r.get("type")), e(r.get("repo")), r.get("downloads", 0), e(size(r.get("bytes_served"))))
             for r in st.get("repos", [])]
+    body += charts(console, s)
     body += "<h2>Downloads by repository</h2>" + table(
         [("type", False), ("repository", False), ("downloads", True), ("served", True)], rows, "repo-stats")
     return layout("Dashboard", "dashboard", s, body, "/console/")
+
+
+CHARTS = (("throughput", "Throughput per second"), ("hit_ratio", "Hit ratio"),
+          ("fills", "Cold fills started"))
+WINDOWS = (("hour", "The last hour", "1-minute buckets"), ("day", "The last day", "15-minute buckets"))
+
+
+def charts(console, s):
+    """Empty figures that console.js draws the throughput history into as inline SVG
+    (GET /api/v1/history through the /console/api/history feed); nothing on a server
+    without the history API."""
+    if console.api.history is None:
+        return ""
+    out = ""
+    for window, title, note in WINDOWS:
+        figs = "".join('<figure class="chart" id="chart-%s-%s" data-window="%s" data-chart="%s">'
+                       '<figcaption>%s</figcaption></figure>' % (window, name, window, name, e(caption))
+                       for name, caption in CHARTS)
+        out += '<h2>%s <span class="muted">%s</span></h2><div class="charts">%s</div>' % (e(title), e(note), figs)
+    return out
 
 
 def repos(console, s, query):

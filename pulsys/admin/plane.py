@@ -4,13 +4,16 @@
                                    # the key Gate (plane.data_gate: what reactors check, or None
                                    # with --auth off), plane.first_key on a first start
     cache = CachePlane(plane.db, index, store, space, ...)   # once the upstream plane exists:
-                                   # per-repo downloads, the stats saver, pre-warm jobs, purge
+                                   # per-repo downloads, the stats saver, the throughput
+                                   # history's sampler, pre-warm jobs, purge
     api = AdminApi(plane.keys, plane.gate, plane.sync, cache, vars_fn)   # admin/api.py
     plane.start(publish); cache.start()      # publish(table): send key changes to workers
+    cache.history.stop()           # while the counters can still be read
     cache.stop_jobs() ... cache.stop(); plane.stop()
 """
 
 from pulsys.admin.cache_view import CacheView
+from pulsys.admin.history import SAMPLE_INTERVAL, HistorySampler
 from pulsys.admin.prewarm import PrewarmRunner
 from pulsys.admin.repo_stats import RepoStatsSaver
 from pulsys.cache.downloads import Downloads
@@ -57,20 +60,24 @@ class AdminPlane:
 
 class CachePlane:
     """The admin's side of the cache, for the process that owns the upstream plane: the
-    per-repo downloads and their saver, pre-warm jobs (run through the fill pool's
-    `submit`, at most `parallel` files at a time) and the cache view (repos, purge).
+    per-repo downloads and their saver, the throughput history (sampled from
+    `counter_lists()`, the counters /debug/vars sums, every `history_interval` seconds),
+    pre-warm jobs (run through the fill pool's `submit`, at most `parallel` files at a
+    time) and the cache view (repos, purge).
     `downloads_source`: what the reactors of this process counted per repo."""
 
     def __init__(self, db, index, store, space, drop_fds, submit, worker, parallel, log,
-                 downloads_source=None):
+                 downloads_source=None, counter_lists=list, history_interval=SAMPLE_INTERVAL):
         self.downloads = Downloads(downloads_source)
         self.stats_saver = RepoStatsSaver(db, self.downloads, log)
         self.stats_saver.load()
+        self.history = HistorySampler(db, counter_lists, log, history_interval)
         self.prewarm = PrewarmRunner(db, submit, worker, parallel, log)
         self.view = CacheView(index, store, space, drop_fds, log)
 
     def start(self):
         self.stats_saver.start()
+        self.history.start()
         self.prewarm.start()
         return self
 
@@ -81,6 +88,7 @@ class CachePlane:
 
     def stop(self):
         self.stop_jobs()
+        self.history.stop()
         self.stats_saver.stop()
 
 

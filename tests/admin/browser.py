@@ -50,3 +50,24 @@ def start_browser(tmp_path):
     b.set_page_load_timeout(20)
     b.set_script_timeout(10)
     return b
+
+
+def log_in(b, base, key, wait):
+    """Log the browser b in to the console at base with key; -> on the dashboard."""
+    from selenium.webdriver.common.by import By
+    b.get(base + "/console/login")
+    b.find_element(By.ID, "key").send_keys(key)
+    b.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.current_url.endswith("/console/"))
+
+
+# Run in every page before its own scripts (Chromium's DevTools protocol, which the page's
+# Content-Security-Policy does not apply to): every CSP violation the page reports lands in
+# window.cspViolations (the `securitypolicyviolation` event, CSP Level 3 §5.3).
+WATCH_CSP = ("window.cspViolations = [];"
+             "document.addEventListener('securitypolicyviolation', function (e) {"
+             "  window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI); });")
+
+
+def watch_csp(b):
+    b.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})

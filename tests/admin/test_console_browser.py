@@ -3,25 +3,17 @@ a pre-warm of a fake-Hub repo from the page, watch the page's progress reach 100
 then check the files are warm (the Hub sees no request for them through the data
 plane); create a key from the keys page, use it, revoke it from the page."""
 
-import pytest
 import requests
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.admin.browser import start_browser
+from tests.admin.browser import log_in
 from tests.auth.conftest import admin_url, call
 
 FILES = {"weights.safetensors": bytes(range(256)) * 4096, "config.json": b'{"model_type": "demo"}\n',
          "tokenizer.json": b'{"version": "1.0"}\n'}
 WAIT = 30          # seconds any one step in the browser may take
-
-
-@pytest.fixture
-def browser(tmp_path):
-    b = start_browser(tmp_path)
-    yield b
-    b.quit()
 
 
 def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
@@ -33,10 +25,7 @@ def test_prewarm_from_the_console_and_manage_keys(hub, auth_server, browser):
     b, wait = browser, WebDriverWait(browser, WAIT, poll_frequency=0.1,
                                      ignored_exceptions=(StaleElementReferenceException,))
 
-    b.get(base + "/console/login")
-    b.find_element(By.ID, "key").send_keys(admin)
-    b.find_element(By.ID, "login").click()
-    wait.until(lambda d: d.current_url.endswith("/console/"))
+    log_in(b, base, admin, wait)
     assert b.find_element(By.TAG_NAME, "h1").text == "Dashboard"
 
     # pre-warm from the form; the page polls the JSON API and shows the progress

@@ -1,19 +1,7 @@
 """Per-repo download counters and per-worker requeueing of pre-warm jobs, on a real
 SQLite file and a real PostgreSQL database (each test runs on both)."""
 
-import pytest
-
 from pulsys.db import counters, jobs
-from pulsys.db.database import Database
-from pulsys.db.migrate import migrate
-
-
-@pytest.fixture
-def db(db_url):
-    d = Database.open(db_url)
-    migrate(d)
-    yield d
-    d.close()
 
 
 def test_repo_counters_add_up_and_leave_the_keys_generation_alone(db):

@@ -14,14 +14,6 @@ from pulsys.db.database import Database, DatabaseError
 from pulsys.db.migrate import migrate
 
 
-@pytest.fixture
-def db(db_url):
-    d = Database.open(db_url)
-    migrate(d)
-    yield d
-    d.close()
-
-
 def clock():
     t = itertools.count(1_700_000_000)
     return lambda: float(next(t))
