@@ -194,4 +194,25 @@ class XorbHandler(CdnHandler):
             headers.append(("Content-Range", "bytes %d-%d/%d" % (start, end, len(x.data))))
         if self.command == "GET":
             self.hub._count_xorb(len(body))
-        self.send_simple(206 if span is not None else 200, headers, body)
+        self.send_head(206 if span is not None else 200, headers, content_length=len(body))
+        if self.command == "GET":
+            self._send_xorb_body(body)
+
+    def _send_xorb_body(self, body):
+        """Faults apply to xorb bodies as to blobs (fake_hub_faults.py): throttle paces
+        them (a CAS pacing each connection), corrupt flips their middle byte."""
+        plan = self.hub.faults.take_body(self.path)
+        if plan.kind == "corrupt" and body:
+            flipped = bytearray(body)
+            flipped[len(flipped) // 2] ^= 0xFF
+            body = bytes(flipped)
+        if not plan.rate:
+            self.wfile.write(body)
+            return
+        piece = max(1, min(64 * 1024, int(plan.rate / 20)))
+        started, clock = self.hub._monotonic(), self.hub._monotonic
+        for sent in range(0, len(body), piece):
+            self.wfile.write(body[sent:sent + piece])
+            delay = started + (sent + piece) / plan.rate - clock()
+            if delay > 0 and self.hub._stop_event.wait(delay):
+                raise ConnectionAbortedError("fake hub stopping")

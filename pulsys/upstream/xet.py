@@ -512,19 +512,42 @@ class XetFacade:
         except (ValueError, XR.BadAnswer) as e:
             self.s.log.warning("unusable Xet reconstruction for a plain download", repo=t.repo, why=str(e))
             return None
-        return Origin(XP.request_for(plan, self._chunks), lambda url: True, M.XET_ASSEMBLED_BYTES,
-                      refetches=False)
+        used = set()
+        return Origin(XP.request_for(plan, functools.partial(self._chunks, used)), lambda url: True,
+                      M.XET_ASSEMBLED_BYTES, refetches=False,
+                      on_end=functools.partial(self._assembled, used))
 
-    def _chunks(self, xorb, first, end, fetch):
+    def _assembled(self, used, fill):
+        """A plain file assembled from xorb ranges ended. Its sha256 is the one check that
+        covers every byte of those ranges (chunk structure alone cannot catch a changed
+        byte inside an uncompressed chunk): when it failed, they are dropped, so the next
+        request fetches them again instead of serving them to hf_xet clients."""
+        if not isinstance(fill.error, CacheCorrupt):
+            return
+        self.s.log.warning("a file assembled from xorb ranges failed its sha256: dropping them",
+                           blob=fill.blob_id, ranges=len(used))
+        for xorb, c, d in list(used):
+            key = cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (c, d))
+            e = self.s.index.get(key)
+            self.s.index.remove_many([key, cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (c, d))])
+            if e is not None and e.blob_id and not self.s.index.keys_of_blob(e.blob_id):
+                if self.s.space is not None:
+                    self.s.space.forget(e.blob_id)
+                self.s.store.remove_blob(e.blob_id, e.size)
+
+    def _chunks(self, used, xorb, first, end, fetch):
         """Decoded chunks [first, end) of `xorb`, from a cached range that holds them or
-        from the fetch range of the reconstruction that does, fetched now."""
+        from the fetch range of the reconstruction that does, fetched now. `used`
+        collects the ranges read."""
         for (c, d), starts in self._cached_ranges(xorb).items():
             if c <= first and end <= d:
                 e = self._cached(cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (c, d)))
                 if e is not None:
+                    used.add((xorb, c, d))
                     return XP.read_chunks(e.blob_path, starts, first - c, end - c)
         for c, d in fetch:
             if c <= first and end <= d:
+                used.add((xorb, c, d))
                 e, _, _ = self._ensure(xorb, c, d)
                 if e.kind != FILE:
                     raise UpstreamError("xorb range %s %d-%d: %s" % (xorb, c, d, e.body.decode()))

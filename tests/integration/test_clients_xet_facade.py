@@ -254,3 +254,22 @@ def test_expired_upstream_xorb_urls_are_renewed(make_hub, pulsys_server, tmp_pat
     assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
     assert hub.count("GET", "/reconstructions/", server="cdn") == 2
     assert _vars(proxy)["fill_refetches"] >= 1
+
+
+def test_a_corrupt_xorb_range_is_never_served_nor_kept(make_hub, pulsys_server, tmp_path):
+    """A xorb range whose bytes upstream corrupted (a chunk that no longer decodes to its
+    header's length) is refused with a 502 and counted, and nothing of it is stored: the
+    next request fetches it again and gets the right bytes."""
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    cas, token = xetclient.cas_token(proxy.url, MODEL)
+    answer = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, MODEL, "model.safetensors"))
+    xorb, entries = next(iter(answer["xorbs"].items()))
+    url, span = entries[0]["url"], entries[0]["ranges"][0]["bytes"]
+    hub.faults.corrupt(times=1, match="/xorbs/" + xorb)
+    st, _, _ = xetclient.get(url, headers={"Range": "bytes=%d-%d" % (span["start"], span["end"])})
+    assert st == 502
+    v = _vars(proxy)
+    assert v["integrity_failures"] == 1 and v["xet_xorb_fills"] == 0
+    assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
