@@ -4,7 +4,9 @@ as bench_compare runs it: access log on) under the same bounded load, counted pe
 
 Per server and round, three runs of the C keep-alive client (scripts/bench_peers/loadgen.c,
 CPU 1; servers on CPU 0), each --duration seconds:
-  plain   req/s, and each thread's user and system CPU (/proc/<pid>/task/<tid>/stat) per request
+  plain   req/s, each thread's user and system CPU (/proc/<pid>/task/<tid>/stat) per request,
+          and kernel events per CPU (perf stat -a -A, counting: io_uring task work added
+          or run locally, IPIs sent, reschedule and call-function interrupts, wake-ups)
   trace   `perf trace -s -p PID`: every system call by thread and name, per request
   py-spy  `py-spy record --threads --gil --nonblocking`: where the thread holding the GIL
           is (leaf frames, share of samples), and which thread it is. The liburing binding
@@ -54,10 +56,29 @@ def threads(pid):
     return out
 
 
-def thread_cpu(pid, run):
+KERNEL_EVENTS = ["io_uring:io_uring_task_add", "io_uring:io_uring_local_work_run", "ipi:ipi_send_cpu",
+                 "irq_vectors:reschedule_entry", "irq_vectors:call_function_single_entry", "sched:sched_wakeup",
+                 "context-switches"]
+
+
+def thread_cpu(pid, run, workdir):
+    """Each thread's CPU, and kernel events on every CPU (perf stat -a -A, counting only)."""
+    out = os.path.join(workdir, "stat.txt")
+    p = subprocess.Popen(["perf", "stat", "-a", "-A", "-x", ",", "-o", out, "-e", ",".join(KERNEL_EVENTS)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
     t0 = threads(pid)
     g = run()
     t1 = threads(pid)
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    events = {}
+    with open(out) as f:
+        for line in f:
+            v = line.strip().split(",")
+            if len(v) > 3 and v[0].startswith("CPU") and v[1].isdigit():
+                events.setdefault(v[0], {})[v[3]] = int(v[1])
+    g["kernel_events"] = events
     per = {}
     for tid, (name, u, s) in t1.items():
         _, u0, s0 = t0.get(tid, (name, 0, 0))
@@ -145,8 +166,10 @@ def main():
                     B.wait_idle(peer.proc.pid)
                     return r
                 row = {"server": peer.key, "round": rnd, "version": peer.version}
-                g, cpu = thread_cpu(pid, run)
+                g, cpu = thread_cpu(pid, run, ctx.workdir)
                 n = g.get("requests") or 0
+                row["kernel_events_per_request"] = {c: {k: round(v / n, 3) for k, v in e.items()}
+                                                    for c, e in g["kernel_events"].items()} if n else {}
                 row["req_per_s"] = round(g.get("req_per_s", 0), 1)
                 row["cpu_us_per_request"] = {t: {"user": round(u / n * 1e6, 2), "system": round(s / n * 1e6, 2)}
                                              for t, (u, s) in cpu.items()} if n else {}
