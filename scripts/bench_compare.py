@@ -11,6 +11,10 @@ Every server serves the same random files at /bench/files/resolve/main/f<size>.b
   uring-floor        scripts/bench_peers/uring_floor.py: a featureless Python + liburing
                      server (files in memory, no parser/cache/log), sizes <= 64 KiB only:
                      the floor that pulsys's per-request Python is measured against
+  uring-ref          ../shared/reference/uring_min_server.py beside the repository (outside
+                     it, never copied in; PULSYS_REFERENCE_DIR moves it): one thread, one
+                     io_uring_submit_and_wait per loop turn, sizes <= 64 KiB only; recorded
+                     unavailable when the file is absent or the liburing binding cannot run
 
 All listen on 127.0.0.1 only. Each is warmed (one GET per file, bytes checked), then
 every (size, concurrency) cell is measured for each server in turn, rounds
@@ -68,7 +72,7 @@ DEFAULT_SIZES = [4 * KIB, 64 * KIB, 256 * KIB, 4 * MIB, 16 * MIB]
 DEFAULT_CONCURRENCY = [1, 16, 64]
 QUICK = {"sizes": [4 * KIB, 256 * KIB], "concurrency": [16], "duration": 2.0, "rounds": 1}
 SERVERS = ["pulsys-iouring", "pulsys-portable", "nginx-static", "nginx-proxy-cache", "varnish", "olah",
-           "uring-floor"]
+           "uring-floor", "uring-ref"]
 ALIASES = {"pulsys": ["pulsys-iouring", "pulsys-portable"], "nginx": ["nginx-static", "nginx-proxy-cache"],
            "all": SERVERS}
 REPO = "bench/files"
@@ -80,13 +84,16 @@ COLUMNS = ["server", "variant", "generator", "size", "concurrency", "round", "re
            "p50_us", "p99_us", "cpu_s_per_gb", "errors", "note", "commit", "dirty"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BENCH_HOME = os.path.expanduser(os.environ.get("PULSYS_BENCH_HOME", "~/.cache/pulsys-bench"))
+# Reference programs shared by every checkout, kept next to the repository, not in it
+# (their README: "not to be copied into pulsys").
+REFERENCE_DIR = os.environ.get("PULSYS_REFERENCE_DIR") or os.path.join(os.path.dirname(ROOT), "shared", "reference")
 
 
 def portable_path(ctx, text):
     """A command-line word or config with this machine's paths replaced by placeholders:
     results are committed, and paths of the machine that ran them must not be."""
-    for path, mark in ((ctx.workdir, "<workdir>"), (ROOT, "<repo>"), (sys.prefix, "<python-prefix>"),
-                       (os.path.expanduser("~"), "~")):
+    for path, mark in ((ctx.workdir, "<workdir>"), (REFERENCE_DIR, "<reference-dir>"), (ROOT, "<repo>"),
+                       (sys.prefix, "<python-prefix>"), (os.path.expanduser("~"), "~")):
         text = text.replace(path, mark)
     return text
 
@@ -296,6 +303,10 @@ class Peer:
     def key(self):
         return "%s/%s" % (self.server, self.variant)
 
+    def path(self, size):
+        """The URL path this peer serves the file of `size` at."""
+        return file_path(size)
+
     def spawn(self, cmd, **kw):
         self.command = cmd
         kw.setdefault("stdout", subprocess.DEVNULL)
@@ -312,7 +323,7 @@ class Peer:
             if size > self.max_size:
                 continue
             try:
-                status, body = http_get(self.port, file_path(size))
+                status, body = http_get(self.port, self.path(size))
             except OSError as e:
                 raise Unavailable("warm-up GET of f%d.bin failed: %s" % (size, e)) from None
             if status != 200 or body != data:
@@ -482,15 +493,30 @@ class Olah(Peer):
             raise Unavailable("olah did not start: %s" % tail(out))
 
 
+def liburing_version():
+    """'CPython X, liburing Y (wheel tag)' of the Python the peers run, or raises
+    Unavailable when the binding cannot set up a ring here. The probe runs in a child:
+    the PyPI liburing 2026.3.30 wheel was built for AVX-512 and dies of SIGILL on CPUs
+    without it (docs/internals.md); scripts/build_liburing.sh builds one that does not."""
+    from pulsys.platform import _probe_in_child
+    crashed = _probe_in_child("import liburing as L; r = L.Ring(); L.io_uring_queue_init(8, r, 0); "
+                              "L.io_uring_queue_exit(r)")
+    if crashed:
+        raise Unavailable(crashed + " (a portable wheel: scripts/build_liburing.sh, "
+                          "PULSYS_BENCH_LIBURING_WHEEL; docs/benchmarks.md)")
+    code = ("import importlib.metadata as m; d = m.distribution('liburing'); "
+            "w = [l for l in (d.read_text('WHEEL') or '').splitlines() if l.startswith('Tag:')]; "
+            "print(d.version, w[0][4:].strip() if w else '')")
+    return "CPython %s, liburing %s" % (sys.version.split()[0], version_of([sys.executable, "-c", code]))
+
+
 class UringFloor(Peer):
     server = "uring-floor"
     variant = "python-liburing"
     max_size = WRK_MAX_SIZE      # a per-request Python reference: small bodies only
 
     def start(self):
-        self.version = "CPython %s, liburing %s" % (
-            sys.version.split()[0],
-            version_of([sys.executable, "-c", "import importlib.metadata as m; print(m.version('liburing'))"]))
+        self.version = liburing_version()
         out = os.path.join(self.dir, "floor.log")
         with open(out, "w") as logf:
             self.spawn(pin(0) + [sys.executable, os.path.join(PEERS_DIR, "uring_floor.py"),
@@ -498,6 +524,32 @@ class UringFloor(Peer):
                        stdout=logf, stderr=subprocess.STDOUT)
         if not wait_port(self.port, self.proc):
             raise Unavailable("uring_floor.py did not start: %s" % tail(out))
+
+
+class UringRef(Peer):
+    """The shared reference server (its README: `python uring_min_server.py PORT DIR mem`
+    serves DIR/<name> at /files/<name>, bodies from memory)."""
+    server = "uring-ref"
+    variant = "mem"
+    max_size = WRK_MAX_SIZE
+    script = "uring_min_server.py"
+
+    def path(self, size):
+        return "/files/f%d.bin" % size
+
+    def start(self):
+        src = os.path.join(REFERENCE_DIR, self.script)
+        if not os.path.isfile(src):
+            raise Unavailable("%s not found in ../shared/reference beside the repository (or "
+                              "PULSYS_REFERENCE_DIR)" % self.script)
+        self.version = liburing_version() + ", %s" % self.script
+        out = os.path.join(self.dir, "ref.log")
+        with open(out, "w") as logf:
+            self.spawn(pin(0) + [sys.executable, src, str(self.port),
+                                 os.path.join(self.ctx.www, REPO, "resolve", "main"), "mem"],
+                       stdout=logf, stderr=subprocess.STDOUT)
+        if not wait_port(self.port, self.proc):
+            raise Unavailable("%s did not start: %s" % (self.script, tail(out)))
 
 
 def tail(path, n=3):
@@ -526,6 +578,8 @@ def make_peers(ctx, names):
             out.append(Olah(ctx))
         elif name == "uring-floor":
             out.append(UringFloor(ctx))
+        elif name == "uring-ref":
+            out.append(UringRef(ctx))
     return out
 
 
@@ -570,10 +624,10 @@ def _wrk_time(text):
     return float(m.group(1)) * _WRK_UNITS[m.group(2)] if m else None
 
 
-def run_wrk(port, size, conns, duration):
+def run_wrk(port, size, conns, duration, path=None):
     secs = max(1, int(round(duration)))
     cmd = pin(1) + ["wrk", "-t1", "-c%d" % conns, "-d%ds" % secs, "--timeout", "30s", "--latency",
-                    "http://127.0.0.1:%d%s" % (port, file_path(size))]
+                    "http://127.0.0.1:%d%s" % (port, path or file_path(size))]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
     except subprocess.TimeoutExpired:
@@ -609,9 +663,9 @@ def measure(ctx, peer, generator, size, conns, rnd):
     hub0 = ctx.hub.total_body_bytes()
     cpu0 = tree_cpu_ticks(root)
     if generator == "wrk":
-        g = run_wrk(peer.port, size, conns, ctx.duration)
+        g = run_wrk(peer.port, size, conns, ctx.duration, peer.path(size))
     else:
-        g = run_loadgen(ctx.loadgen, peer.port, size, conns, ctx.duration)
+        g = run_loadgen(ctx.loadgen, peer.port, size, conns, ctx.duration, peer.path(size))
     cpu1 = tree_cpu_ticks(root)
     hub1 = ctx.hub.total_body_bytes()
     settle = wait_idle(root)
@@ -732,8 +786,8 @@ def generator_check(ctx, peers, conc_list, rounds):
         res = {"loadgen": [], "wrk": []}
         for _ in range(rounds):
             for gen in ("loadgen", "wrk"):
-                g = (run_loadgen(ctx.loadgen, target.port, size, c, ctx.duration) if gen == "loadgen"
-                     else run_wrk(target.port, size, c, ctx.duration))
+                g = (run_loadgen(ctx.loadgen, target.port, size, c, ctx.duration, target.path(size))
+                     if gen == "loadgen" else run_wrk(target.port, size, c, ctx.duration, target.path(size)))
                 wait_idle(target.proc.pid)
                 res[gen].append(None if "error" in g else round(g["req_per_s"], 1))
         lg = [x for x in res["loadgen"] if x is not None]

@@ -47,6 +47,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
 fi
 
+# Opt-in: PULSYS_BENCH_LIBURING_WHEEL=<wheel> replaces the liburing binding in ./.venv with
+# that wheel before the run, e.g. one built by scripts/build_liburing.sh for a CPU without
+# AVX-512, where the PyPI wheel dies of SIGILL (docs/benchmarks.md). The JSON records the
+# wheel's tag in each liburing peer's version. The wheel stays in ./.venv afterwards (it meets
+# setup.cfg's liburing>=2026.3.30); `pip install --force-reinstall liburing==2026.3.30` undoes it.
+if [ -n "${PULSYS_BENCH_LIBURING_WHEEL:-}" ]; then
+    say "installing liburing from $PULSYS_BENCH_LIBURING_WHEEL into .venv"
+    .venv/bin/python -m pip install -q --force-reinstall --no-deps "$PULSYS_BENCH_LIBURING_WHEEL" \
+        || { say "error: installing $PULSYS_BENCH_LIBURING_WHEEL failed"; exit 1; }
+fi
+
 BENCH_HOME="${PULSYS_BENCH_HOME:-$HOME/.cache/pulsys-bench}"
 export PULSYS_BENCH_HOME="$BENCH_HOME"
 mkdir -p "$BENCH_HOME"

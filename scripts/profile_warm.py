@@ -68,6 +68,26 @@ def report(data):
     return groups, top, samples
 
 
+def one_file_ctx(size, duration, prefix):
+    """bench_compare's context for one random file of `size`, the fake Hub holding it and
+    the C load generator built; this process pinned to CPU 1 (servers go to CPU 0)."""
+    if B.can_pin():
+        os.sched_setaffinity(0, {1})
+    ctx = B.Ctx()
+    ctx.duration, ctx.started, ctx.olah_bin = duration, [], None
+    ctx.workdir = tempfile.mkdtemp(prefix=prefix)
+    ctx.loadgen, _ = B.build_loadgen(ctx.workdir)
+    ctx.www = os.path.join(ctx.workdir, "www")
+    d = os.path.join(ctx.www, B.REPO, "resolve", "main")
+    os.makedirs(d)
+    ctx.files = {size: os.urandom(size)}
+    with open(os.path.join(d, "f%d.bin" % size), "wb") as f:
+        f.write(ctx.files[size])
+    ctx.hub = B.FakeHub(record_requests=False, xet=False).start()
+    ctx.hub.add_repo(B.REPO, files={"f%d.bin" % size: ctx.files[size]}, lfs={"f%d.bin" % size})
+    return ctx
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=4096)
@@ -79,20 +99,8 @@ def main():
     if not shutil.which("perf"):
         raise SystemExit("profile_warm: error: perf not found (apt-get install linux-perf)")
     prov = provenance.provenance()
-    if B.can_pin():
-        os.sched_setaffinity(0, {1})
-    ctx = B.Ctx()
-    ctx.duration, ctx.started, ctx.olah_bin = a.duration, [], None
-    ctx.workdir = tempfile.mkdtemp(prefix="pulsys-profile-")
-    ctx.loadgen, _ = B.build_loadgen(ctx.workdir)
-    ctx.www = os.path.join(ctx.workdir, "www")
-    d = os.path.join(ctx.www, B.REPO, "resolve", "main")
-    os.makedirs(d)
-    ctx.files = {a.size: os.urandom(a.size)}
-    with open(os.path.join(d, "f%d.bin" % a.size), "wb") as f:
-        f.write(ctx.files[a.size])
-    hub = ctx.hub = B.FakeHub(record_requests=False, xet=False).start()
-    hub.add_repo(B.REPO, files={"f%d.bin" % a.size: ctx.files[a.size]}, lfs={"f%d.bin" % a.size})
+    ctx = one_file_ctx(a.size, a.duration, "pulsys-profile-")
+    hub = ctx.hub
     rows = []
     try:
         for peer in B.make_peers(ctx, a.servers.split(",")):

@@ -124,6 +124,20 @@ def test_args_quick_defaults_aliases_and_errors():
         bench_compare.parse_args(["--servers", "apache"])
 
 
+def test_reference_peer_lives_beside_the_repo_and_says_why_when_absent(tmp_path, monkeypatch):
+    # ../shared/reference relative to the repository, never a copy inside it
+    assert bench_compare.REFERENCE_DIR.startswith(os.path.dirname(ROOT) + os.sep) or \
+        os.environ.get("PULSYS_REFERENCE_DIR")
+    monkeypatch.setattr(bench_compare, "REFERENCE_DIR", str(tmp_path / "absent"))
+    ctx = bench_compare.Ctx()
+    ctx.workdir, ctx.started = str(tmp_path), []
+    peer = bench_compare.make_peers(ctx, ["uring-ref"])[0]
+    assert peer.path(4096) == "/files/f4096.bin" and peer.max_size == 64 * 1024
+    with pytest.raises(bench_compare.Unavailable, match="uring_min_server.py not found"):
+        peer.start()
+    assert peer.proc is None
+
+
 def test_wrk_latency_units():
     assert bench_compare._wrk_time("468.00us") == 468.0
     assert bench_compare._wrk_time("5.65ms") == 5650.0

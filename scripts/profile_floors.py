@@ -1,0 +1,206 @@
+"""Why one io_uring server's warm hit costs more than another's: the reference server
+(`uring-ref`), pulsys's own featureless floor (`uring-floor`) and pulsys (`pulsys-iouring`,
+as bench_compare runs it: access log on) under the same bounded load, counted per request.
+
+Per server and round, three runs of the C keep-alive client (scripts/bench_peers/loadgen.c,
+CPU 1; servers on CPU 0), each --duration seconds:
+  plain   req/s, each thread's user and system CPU (/proc/<pid>/task/<tid>/stat) per request,
+          and kernel events per CPU (perf stat -a -A, counting: io_uring task work added
+          or run locally, IPIs sent, reschedule and call-function interrupts, wake-ups)
+  trace   `perf trace -s -p PID`: every system call by thread and name, per request
+  py-spy  `py-spy record --threads --gil --nonblocking`: where the thread holding the GIL
+          is (leaf frames, share of samples), and which thread it is. The liburing binding
+          keeps the GIL inside io_uring_enter, so the reference's submit_and_wait (its
+          sleep too) and pulsys's submit show up as lines; epoll sleeps do not
+Counts per request depend little on load (calls per loop turn do: batches grow with load),
+CPU per request depends on it; compare servers within one run only.
+
+    python scripts/profile_floors.py --size 4096 --concurrency 16 --duration 3 --rounds 2
+
+Writes results/<machine>/profile_floors_<size>_c<N>_<date>.json with provenance (or --out-dir).
+Needs perf and py-spy (pip install py-spy); a server that cannot start is recorded unavailable.
+"""
+
+import argparse
+import collections
+import datetime
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_compare as B  # noqa: E402
+import provenance  # noqa: E402
+from profile_warm import one_file_ctx  # noqa: E402
+
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def threads(pid):
+    """{tid: (name, utime+stime split as (user, system) ticks)}."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                d = f.read()
+        except OSError:
+            continue
+        name = d[d.index("(") + 1:d.rindex(")")]
+        f = d[d.rindex(")") + 2:].split()
+        out[int(tid)] = (name, int(f[11]), int(f[12]))
+    return out
+
+
+KERNEL_EVENTS = ["io_uring:io_uring_task_add", "io_uring:io_uring_local_work_run", "ipi:ipi_send_cpu",
+                 "irq_vectors:reschedule_entry", "irq_vectors:call_function_single_entry", "sched:sched_wakeup",
+                 "context-switches"]
+
+
+def thread_cpu(pid, run, workdir):
+    """Each thread's CPU, and kernel events on every CPU (perf stat -a -A, counting only)."""
+    out = os.path.join(workdir, "stat.txt")
+    p = subprocess.Popen(["perf", "stat", "-a", "-A", "-x", ",", "-o", out, "-e", ",".join(KERNEL_EVENTS)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    t0 = threads(pid)
+    g = run()
+    t1 = threads(pid)
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    events = {}
+    with open(out) as f:
+        for line in f:
+            v = line.strip().split(",")
+            if len(v) > 3 and v[0].startswith("CPU") and v[1].isdigit():
+                events.setdefault(v[0], {})[v[3]] = int(v[1])
+    g["kernel_events"] = events
+    per = {}
+    for tid, (name, u, s) in t1.items():
+        _, u0, s0 = t0.get(tid, (name, 0, 0))
+        if u - u0 or s - s0:
+            per["%s/%d" % (name, tid)] = ((u - u0) / TCK, (s - s0) / TCK)
+    return g, per
+
+
+def perf_trace(pid, run, workdir):
+    out = os.path.join(workdir, "trace.txt")
+    p = subprocess.Popen(["perf", "trace", "-s", "-p", str(pid), "-o", out], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    g = run()
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    calls, thread = {}, None
+    with open(out) as f:
+        for line in f:
+            m = re.match(r"\s*(\S+) \((\d+)\), \d+ events", line)
+            if m:
+                thread = "%s/%s" % (m.group(1), m.group(2))
+                continue
+            m = re.match(r"\s+(\w+)\s+(\d+)\s+(\d+)\s+[\d.]+", line)
+            if m and thread and m.group(1) != "syscall":
+                calls.setdefault(thread, {})[m.group(1)] = int(m.group(2))
+    return g, calls
+
+
+def py_spy(pid, run, workdir, rate):
+    out = os.path.join(workdir, "spy.txt")
+    p = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-p", str(pid),
+                          "--threads", "--gil", "--nonblocking", "-r", str(rate), "-f", "raw", "-o", out],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    g = run()
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    leaf, by_thread, total = collections.Counter(), collections.Counter(), 0
+    with open(out) as f:
+        for line in f:
+            stack, _, n = line.rstrip().rpartition(" ")
+            frames = stack.split(";")
+            n = int(n)
+            total += n
+            by_thread[frames[0]] += n
+            leaf[re.sub(r" \((\S+/)?", " (", frames[-1])] += n
+    return g, {"samples": total, "threads": dict(by_thread.most_common()),
+               "leaf_top": [(k, round(v / total, 4)) for k, v in leaf.most_common(25)] if total else []}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--servers", default="uring-ref,uring-floor,pulsys-iouring")
+    ap.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
+    ap.add_argument("--out-dir")
+    a = ap.parse_args()
+    for tool in ("perf",):
+        if not shutil.which(tool):
+            raise SystemExit("profile_floors: error: %s not found" % tool)
+    prov = provenance.provenance()
+    ctx = one_file_ctx(a.size, a.duration, "pulsys-floors-")
+    hub = ctx.hub
+    rows, unavailable, peers = [], {}, []
+    try:
+        for peer in B.make_peers(ctx, a.servers.split(",")):
+            try:
+                peer.start()
+                peer.warm()
+                peers.append(peer)
+            except (B.Unavailable, OSError) as e:
+                unavailable[peer.key] = "unavailable: %s" % e
+                peer.stop()
+        for rnd in range(1, a.rounds + 1):
+            k = (rnd - 1) % max(1, len(peers))
+            for peer in peers[k:] + peers[:k]:
+                pid = peer.proc.pid
+
+                def run():
+                    r = B.run_loadgen(ctx.loadgen, peer.port, a.size, a.concurrency, a.duration, peer.path(a.size))
+                    B.wait_idle(peer.proc.pid)
+                    return r
+                row = {"server": peer.key, "round": rnd, "version": peer.version}
+                g, cpu = thread_cpu(pid, run, ctx.workdir)
+                n = g.get("requests") or 0
+                row["kernel_events_per_request"] = {c: {k: round(v / n, 3) for k, v in e.items()}
+                                                    for c, e in g["kernel_events"].items()} if n else {}
+                row["req_per_s"] = round(g.get("req_per_s", 0), 1)
+                row["cpu_us_per_request"] = {t: {"user": round(u / n * 1e6, 2), "system": round(s / n * 1e6, 2)}
+                                             for t, (u, s) in cpu.items()} if n else {}
+                row["cpu_us_per_request_total"] = round(sum(u + s for u, s in cpu.values()) / n * 1e6, 2) if n else None
+                g, calls = perf_trace(pid, run, ctx.workdir)
+                n = g.get("requests") or 0
+                row["trace_req_per_s"] = round(g.get("req_per_s", 0), 1)
+                row["syscalls_per_request"] = {t: {k: round(v / n, 3) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
+                                               for t, c in calls.items()} if n else {}
+                g, spy = py_spy(pid, run, ctx.workdir, a.rate)
+                row["py_spy_req_per_s"] = round(g.get("req_per_s", 0), 1)
+                row["py_spy"] = spy
+                rows.append(row)
+                B.log("round %d %-28s %9.0f req/s %6.2f us CPU/request; syscalls/request %s" % (
+                    rnd, peer.key, row["req_per_s"], row["cpu_us_per_request_total"] or 0,
+                    {t: round(sum(c.values()), 2) for t, c in row["syscalls_per_request"].items()}))
+    finally:
+        for p in ctx.started:
+            p.stop()
+        hub.stop()
+        shutil.rmtree(ctx.workdir, ignore_errors=True)
+    doc = dict(prov, benchmark="profile_floors", size=a.size, concurrency=a.concurrency, duration_s=a.duration,
+               rounds=a.rounds, load="scripts/bench_peers/loadgen.c on CPU 1, servers on CPU 0 (taskset)",
+               tools={"perf": B.version_of(["perf", "--version"]),
+                      "py_spy": B.version_of([os.path.join(os.path.dirname(sys.executable), "py-spy"), "--version"])},
+               peers={p.key: [B.portable_path(ctx, c) for c in p.command] for p in peers},
+               loadavg_after=B.loadavg(), unavailable=unavailable, rows=rows)
+    name = "profile_floors_%d_c%d_%s.json" % (a.size, a.concurrency,
+                                              datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+    print("wrote", provenance.write_result(name, doc, a.out_dir))
+
+
+if __name__ == "__main__":
+    main()
