@@ -7,6 +7,7 @@
 #   bash scripts/bench_compare.sh --quick         # a few minutes
 #   bash scripts/bench_compare.sh --servers pulsys-portable,nginx-static --sizes 4K --duration 2
 #   bash scripts/bench_compare.sh --cold          # the cold section (issue 17; ~5 min)
+#   bash scripts/bench_compare.sh --xet           # hf_xet through --xet facade (issue 19)
 #
 # What it installs: pulsys into ./.venv (as scripts/serve.sh does); as root, the Debian
 # packages nginx, varnish, wrk and gcc when missing (`apt-get update` once first); olah
@@ -120,6 +121,19 @@ if [ "${1:-}" = "--cold" ]; then
     if [ "${#render[@]}" -gt 0 ]; then
         "${render[1]}" scripts/render_cold.py "${made[@]}" --out "${made[0]%/*}/cold_$day.svg"
     fi
+    exit 0
+fi
+
+# --xet: hf_xet through pulsys --xet facade (issue 19): scripts/bench_xet.py, unpaced and with
+# the CAS pacing each connection at 50 MB/s. The huggingface_hub 2.x + hf_xet client venv is
+# the test suite's (built from PyPI under ~/.cache/pulsys-test-venvs when missing).
+if [ "${1:-}" = "--xet" ]; then
+    shift
+    day="$(date -u +%F)"
+    client="$(.venv/bin/python -c 'from tests.integration.clients import client_venv; print(client_venv("latest").bin("python"))')" \
+        || { say "building the huggingface_hub 2.x client venv failed"; exit 1; }
+    .venv/bin/python scripts/bench_xet.py --client-python "$client" --out "xet_$day.json" "$@" || exit 1
+    .venv/bin/python scripts/bench_xet.py --client-python "$client" --pace-mbps 50 --out "xet_paced_$day.json" "$@" || exit 1
     exit 0
 fi
 

@@ -140,6 +140,12 @@ def dashboard(console, s, query):
              ("From upstream", e(size(st.get("upstream_body_bytes")))),
              ("Upstream bytes saved", e(size(st.get("upstream_bytes_saved")))),
              ("Throughput served", '<span id="throughput">measuring…</span>')]
+    xet = st.get("xet") or {}
+    if xet.get("tokens") or xet.get("xorb_fills"):        # --xet facade in use
+        tiles.append(("Xet (facade)", '<span id="xet">%d xorb ranges fetched (%s), %d served from cache, '
+                      '%s assembled for plain clients</span>'
+                      % (xet.get("xorb_fills", 0), e(size(xet.get("xorb_bytes_fetched"))), xet.get("xorb_hits", 0),
+                         e(size(xet.get("assembled_bytes"))))))
     body = '<div class="tiles">%s</div>' % "".join(
         '<div class="tile">%s<b>%s</b></div>' % (e(t), v) for t, v in tiles)
     rows = ['<tr><td>%s</td><td>%s</td><td class="num">%d</td><td class="num">%s</td></tr>'
