@@ -38,10 +38,10 @@ from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
 from pulsys.upstream.guard import UpstreamGuard
 from pulsys.upstream.key_tokens import KeyTokens
-from pulsys.upstream.xet_tokens import XetTokens, derive_key
 from pulsys.upstream.pool import FillPool, PoolThreads
 from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
+from pulsys.upstream.xet_tokens import XetTokens, derive_key
 from pulsys.upstream.shared_tier import SharedStoreError, open_tier
 from pulsys.workers import Supervisor, WorkerError
 
@@ -125,7 +125,6 @@ class _Base:
         self.failed = False
         self.fail_message = None
 
-
     @staticmethod
     def _xet_tokens(config):
         """--xet facade: what signs its CAS tokens and xorb URLs, keyed from the
@@ -133,6 +132,7 @@ class _Base:
         if config.xet != "facade":
             return None
         return XetTokens(derive_key(read_secret(config.token_secret_file, True)), time.time)
+
     def _common_vars(self):
         return {"version": __version__, "backend": self.backend, "sender": self.sender_name,
                 "listeners": len(self.listeners), "pid": os.getpid(),

@@ -101,10 +101,30 @@ def _s3_url(text):
 
 
 def _node_id(text):
+    # up to 253 characters: a Kubernetes node name (a DNS subdomain, RFC 1123) fits, which
+    # deploy/k8s gives each node of the DaemonSet from spec.nodeName
     text = text.strip()
-    if text and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", text):
-        raise ConfigError("--node-id %r: expected 1-63 characters A-Z a-z 0-9 . _ -" % text)
+    if text and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", text):
+        raise ConfigError("--node-id %r: expected 1-253 characters A-Z a-z 0-9 . _ -" % text)
     return text
+
+
+def usable_cpus():
+    """The CPUs this process may run on: its affinity mask (taskset, a cpuset), capped by
+    a cgroup v2 CPU quota (cpu.max "QUOTA PERIOD": what `docker run --cpus` and a pod's
+    limits.cpu set; os.cpu_count() sees neither), rounded up."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
 
 
 def _allow_hosts(values):
@@ -316,9 +336,10 @@ SETTINGS = (
             "recently used are dropped (0: none are kept)", metavar="N"),
     Setting("offline", "--offline", _bool, False,
             "serve only from cache; misses get 599 at once", kind="flag"),
-    Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), str(os.cpu_count() or 1),
+    Setting("listeners", "--listeners", _int_range("--listeners", 1, 1024), str(usable_cpus()),
             "number of listening sockets (SO_REUSEPORT), one reactor each; with N > 1 each reactor "
-            "runs in its own worker process (default: the number of CPUs)", metavar="N"),
+            "runs in its own worker process (default: the CPUs pulsys may use: its CPU affinity, "
+            "capped by a container's cgroup CPU quota)", metavar="N"),
     Setting("fill_threads", "--fill-threads", _int_range("--fill-threads", 1, 1024), "32",
             "threads that talk to upstream and write the cache", metavar="N"),
     Setting("fill_read_ahead", "--fill-read-ahead", _int_range("--fill-read-ahead", 1, 256), "8",

@@ -34,8 +34,24 @@ def make_parser():
     return p
 
 
+# PULSYS_* variables of the project's own tools, not settings of the server: the fleet
+# front's script (deploy/k8s/front), benchmarks and tests
+_NOT_SETTINGS = ("PULSYS_NODES", "PULSYS_NODE_PORT", "PULSYS_FRONT_LISTEN", "PULSYS_REFERENCE_DIR",
+                 "PULSYS_BENCH_", "PULSYS_TEST_")
+
+
+def unknown_settings(environ):
+    """PULSYS_* names in the environment that no setting reads: a misspelt one would
+    otherwise do nothing and say nothing."""
+    known = {s.env for s in SETTINGS}
+    return sorted(k for k in environ if k.startswith("PULSYS_") and k not in known
+                  and not k.startswith(_NOT_SETTINGS))
+
+
 def main(argv, environ):
     args = make_parser().parse_args(argv)
+    for name in unknown_settings(environ):
+        sys.stderr.write("pulsys: warning: %s is not a setting (ignored; the names are in pulsys --help)\n" % name)
     try:
         config = build_config(vars(args), environ)
     except ConfigError as e:

@@ -1,9 +1,10 @@
+import os
 import subprocess
 import sys
 
 import pytest
 
-from pulsys.config import build_config
+from pulsys.config import build_config, usable_cpus
 from pulsys.errors import ConfigError
 
 
@@ -99,3 +100,21 @@ def test_upstream_auth_client_with_either_auth_and_the_token_secret_file(tmp_pat
     c = build_config({"cache_dir": str(tmp_path)}, {"PULSYS_TOKEN_SECRET_FILE": "/etc/pulsys/secret"})
     assert c.token_secret_file == "/etc/pulsys/secret"
     assert build_config({}, {}).upstream_auth == "service"
+
+
+def test_default_listeners_are_the_cpus_this_process_may_use():
+    n = usable_cpus()
+    assert 1 <= n <= len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+    except OSError:
+        quota = "max"
+    if quota != "max":
+        assert n <= -(-int(quota) // int(period))
+
+
+def test_node_ids_as_long_as_kubernetes_node_names():
+    assert build_config({"node_id": "n" * 253}, {}).node_id == "n" * 253
+    with pytest.raises(ConfigError):
+        build_config({"node_id": "n" * 254}, {})
