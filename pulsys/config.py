@@ -268,6 +268,9 @@ SETTINGS = (
     Setting("hf_token", "--hf-token", str, "",
             "pulsys's own token for upstream: every request with --upstream-auth service; pre-warm "
             "jobs and the shared tier with client", metavar="TOKEN"),
+    Setting("hf_token_file", "--hf-token-file", str, "",
+            "a file holding --hf-token (a Kubernetes secret or systemd credential mounted as a file; "
+            "its first line is read at start)", metavar="FILE"),
     Setting("upstream_auth", "--upstream-auth", _choice("--upstream-auth", ("service", "client")),
             "service", "who the Hub sees: service (pulsys's --hf-token for everyone; client "
             "credentials are never forwarded) or client (each client's own token, what HF_TOKEN "
@@ -481,7 +484,23 @@ def build_config(values, environ):
         out[s.name] = s.parse(raw)
     out["db"] = db_url(out["db"], out["cache_dir"])
     out["token_secret_file"] = token_secret_file(out["token_secret_file"], out["cache_dir"])
+    path = out.pop("hf_token_file")
+    if path:
+        if out["hf_token"]:
+            raise ConfigError("--hf-token and --hf-token-file both given: keep one")
+        out["hf_token"] = _read_token(path)
     return Config(**out)
+
+
+def _read_token(path):
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("--hf-token-file %s: %s" % (path, getattr(e, "strerror", None) or e)) from None
+    if not token or not token.isprintable() or " " in token:
+        raise ConfigError("--hf-token-file %s: its first line is no token" % path)
+    return token
 
 
 def token_secret_file(text, cache_dir):

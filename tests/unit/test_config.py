@@ -118,3 +118,17 @@ def test_node_ids_as_long_as_kubernetes_node_names():
     assert build_config({"node_id": "n" * 253}, {}).node_id == "n" * 253
     with pytest.raises(ConfigError):
         build_config({"node_id": "n" * 254}, {})
+
+
+def test_hf_token_from_a_file(tmp_path):
+    f = tmp_path / "token"
+    f.write_text("hf_abc123\n")
+    assert build_config({"hf_token_file": str(f)}, {}).hf_token == "hf_abc123"
+    assert build_config({}, {"PULSYS_HF_TOKEN_FILE": str(f)}).hf_token == "hf_abc123"
+    for bad, why in ((tmp_path / "absent", "No such file"), (tmp_path / "empty", "no token")):
+        if why == "no token":
+            bad.write_text("\n")
+        with pytest.raises(ConfigError, match=why):
+            build_config({"hf_token_file": str(bad)}, {})
+    with pytest.raises(ConfigError, match="both"):
+        build_config({"hf_token_file": str(f), "hf_token": "hf_x"}, {})
