@@ -46,6 +46,7 @@ sys.path.insert(0, ROOT)
 import bench_compare as BC  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
+from pulsys.testing import fake_hub_xet as FX  # noqa: E402
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
 
 REPO = "bench/xet-model"
@@ -122,6 +123,8 @@ def main(argv=None):
     p.add_argument("--size-mib", type=int, default=256)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--pace-mbps", type=float, default=0.0, help="pace each CAS xorb connection (MB/s)")
+    p.add_argument("--xorb-mib", type=int, default=64,
+                   help="xorb size in the fake CAS (the Hub's uploads make xorbs of up to 64 MiB, §5)")
     p.add_argument("--client-python", default=default_client())
     p.add_argument("--max-time", type=float, default=300.0)
     p.add_argument("--out", default=None, help="result file name (default xet_<date>.json)")
@@ -129,7 +132,9 @@ def main(argv=None):
     if not a.client_python or not os.path.exists(a.client_python):
         raise SystemExit("bench_xet: error: no huggingface_hub 2.x client venv: run the test suite once "
                          "(it builds ~/.cache/pulsys-test-venvs/latest-*) or give --client-python")
-    data = random.Random(42).randbytes(a.size_mib << 20)
+    FX.XORB_CHUNKS = max(1, (a.xorb_mib << 20) // FX.CHUNK)
+    rng = random.Random(42)
+    data = b"".join(rng.randbytes(1 << 20) for _ in range(a.size_mib))
     work = tempfile.mkdtemp(prefix="bench-xet-")
     hub = FakeHub(xet=True, record_requests=False).start()
     rows = {r: [] for r in ROWS}
@@ -169,11 +174,13 @@ def main(argv=None):
               / summary["plain-pulsys-warm"]["median_mb_s"],
               "xet-pulsys-cold/xet-direct": summary["xet-pulsys-cold"]["median_mb_s"] / d}
     doc = provenance(benchmark="bench_xet", size_bytes=len(data), rounds=a.rounds, pace_mbps=a.pace_mbps,
+                     xorb_bytes=FX.XORB_CHUNKS * FX.CHUNK, loadavg_at_end=os.getloadavg(),
                      client=subprocess.run([a.client_python, "-c", "import huggingface_hub, hf_xet; print("
                                             "huggingface_hub.__version__, hf_xet.__version__)"],
                                            capture_output=True, text=True).stdout.strip(),
                      rows=rows, summary=summary, ratios=ratios)
-    name = a.out or "xet_%s%s.json" % (datetime.date.today().isoformat(), "_paced" if a.pace_mbps else "")
+    name = a.out or "xet_%s%s_xorb%dm.json" % (datetime.date.today().isoformat(), "_paced" if a.pace_mbps else "",
+                                                a.xorb_mib)
     print(json.dumps({"summary": summary, "ratios": ratios}, indent=1))
     print("wrote", write_result(name, doc))
 
