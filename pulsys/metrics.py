@@ -39,9 +39,10 @@ NAMES = (
     "access_checks", "access_asked", "access_refusals",
     # --xet facade (upstream/xet.py): CAS tokens minted; reconstructions answered from the
     # index / asked upstream; xorb ranges answered from the cache / fetched, and their bytes;
-    # plain-file bytes assembled from xorb ranges (upstream/xet_plain.py)
+    # plain-file bytes assembled from xorb ranges (upstream/xet_plain.py); xorb ranges kept
+    # without chunk hashes, their xorb's footer not to be had (structure checked only)
     "xet_tokens", "xet_recon_hits", "xet_recon_misses", "xet_xorb_hits", "xet_xorb_fills",
-    "xet_xorb_bytes_fetched", "xet_assembled_bytes",
+    "xet_xorb_bytes_fetched", "xet_assembled_bytes", "xet_unverified_ranges",
 )
 INDEX = {n: i for i, n in enumerate(NAMES)}
 
@@ -105,6 +106,7 @@ XET_XORB_HITS = 54
 XET_XORB_FILLS = 55
 XET_XORB_BYTES_FETCHED = 56
 XET_ASSEMBLED_BYTES = 57
+XET_UNVERIFIED_RANGES = 58
 
 # Request latency histograms, per route kind, in the same list after the named counters
 # (so a worker's counter row carries them too, workers.CounterTable): for each kind, one

@@ -26,9 +26,10 @@ def stats(api, req):
         "upstream_bytes_saved": max(0, served - upstream),
         "fills_in_flight": v.get("fills_in_flight", 0), "uptime_seconds": v.get("uptime_seconds", 0),
         # --xet facade (upstream/xet.py): CAS tokens minted, xorb ranges answered from the
-        # cache and fetched upstream (and their bytes), plain-file bytes assembled from them
+        # cache and fetched upstream (and their bytes), plain-file bytes assembled from them,
+        # ranges kept without chunk hashes (their xorb's footer not to be had)
         "xet": {k: v.get("xet_" + k, 0) for k in ("tokens", "xorb_hits", "xorb_fills", "xorb_bytes_fetched",
-                                                    "assembled_bytes")},
+                                                    "assembled_bytes", "unverified_ranges")},
         "repos": sorted(({"type": t, "repo": r, "downloads": n, "bytes_served": b}
                          for (t, r), (n, b) in repos.items()),
                         key=lambda d: (-d["downloads"], d["type"], d["repo"])),

@@ -146,6 +146,9 @@ class FakeHub:
         self._xet_tokens = {}       # token -> (repo type, repo id, expires)
         self.xet_token_ttl = 3600   # seconds; may be changed at any time
         self.xorb_url_ttl = 3600    # seconds a signed xorb URL stays valid
+        # False: the xorb host answers a suffix Range (bytes=-N, how a xorb's footer is
+        # read) with 416, as a CDN that does not serve them would
+        self.xorb_suffix_ranges = True
         # the bridge (plain HTTP of a Xet file) refuses files larger than this, as the Hub's
         # does above 50 GB (xet-protocol.md §1); None: no limit
         self.bridge_limit = None

@@ -183,8 +183,9 @@ class XorbHandler(CdnHandler):
             self.send_simple(404, [("Content-Type", "application/xml")],
                              _xml_error("NoSuchKey", "The specified key does not exist."))
             return
-        span = parse_range(self.headers.get("Range"), len(x.data))
-        if span == "unsatisfiable":
+        rng = self.headers.get("Range") or ""
+        span = parse_range(rng, len(x.data))
+        if span == "unsatisfiable" or (rng.replace(" ", "").startswith("bytes=-") and not self.hub.xorb_suffix_ranges):
             self.send_simple(416, [("Content-Range", "bytes */%d" % len(x.data))])
             return
         start, end = span if span is not None else (0, len(x.data) - 1)

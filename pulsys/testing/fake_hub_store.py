@@ -1,8 +1,9 @@
 """Repositories of the fake Hub: blobs, commits, refs and renames.
 
 Owns the content model and every id the Hub derives from file bytes
-(hf-protocol.md §2.1: git blob sha1 for regular files, sha256 for LFS files;
-§2.2: the tree entry shape). Knows nothing about HTTP. Stdlib only.
+(hf-protocol.md §2.1: git blob sha1 for regular files, sha256 for LFS files and
+their Xet hash, from fake_hub_xet.py; §2.2: the tree entry shape). Knows nothing about
+HTTP.
 """
 
 import gzip
@@ -10,6 +11,8 @@ import hashlib
 import re
 import threading
 import time
+
+from pulsys.testing.fake_hub_xet import file_hash
 
 REPO_TYPES = ("model", "dataset", "space")
 
@@ -51,7 +54,7 @@ def lfs_pointer(sha256, size):
 class Blob:
     """One file's bytes, stored once per (content, lfs) and shared between repos."""
 
-    __slots__ = ("data", "size", "lfs", "sha256", "git_sha1", "pointer", "oid", "xet_hash", "_gzip", "_md5")
+    __slots__ = ("data", "size", "lfs", "sha256", "git_sha1", "pointer", "oid", "_xet_hash", "_gzip", "_md5")
 
     def __init__(self, data, lfs, sha256=None):
         self.data = data
@@ -62,11 +65,17 @@ class Blob:
         self.pointer = lfs_pointer(self.sha256, self.size) if lfs else b""
         # The tree lists the git object actually committed: the pointer for LFS files.
         self.oid = git_blob_sha1(self.pointer) if lfs else self.git_sha1
-        # A real Xet hash is a merkle hash over content-defined chunks; any stable
-        # content-derived 64-hex value exercises the same client code paths (§5).
-        self.xet_hash = hashlib.sha256(b"xet:" + self.sha256.encode()).hexdigest() if lfs else None
+        self._xet_hash = None
         self._gzip = None
         self._md5 = None
+
+    @property
+    def xet_hash(self):
+        """An LFS file's Xet hash (fake_hub_xet.file_hash: the Merkle hash of its chunks,
+        computed on first use), None for a regular file."""
+        if self.lfs and self._xet_hash is None:
+            self._xet_hash = file_hash(self.data)
+        return self._xet_hash
 
     @property
     def etag(self):

@@ -9,14 +9,25 @@ only its new chunks: what a cache that fetches by xorb range can save. New chunk
 into xorbs of at most XORB_CHUNKS chunks, serialized as the wire has them: an 8-byte
 header (version 0, compressed length as 24-bit little-endian, scheme, uncompressed
 length as 24-bit little-endian) then the data, LZ4 frame (scheme 1) where that is
-smaller, else as is (scheme 0). Hashes are made up (sha256 of the chunk): hf_xet checks
-no hash on download (xet-protocol.md §5), only the structure.
+smaller, else as is (scheme 0). A stored xorb is its chunks then its footer, as the
+Hub's CAS stores them (xet-core `xorb_object_format.rs`: `XorbObjectInfoV1`, then its
+length as a u32); reconstructions name byte ranges of the chunks only.
+
+Hashes are real (xet-protocol.md §6; xet-core `merklehash/`): a chunk's is BLAKE3 keyed
+with DATA_KEY, a xorb's the Merkle root over its chunks' (hash, size), a file's that
+root over the file's chunks keyed again with 32 zero bytes. Only the chunk boundaries
+differ from the Hub's (fixed, not content-defined), so a file's hash is not the one the
+Hub would give the same bytes. This module computes them on its own, apart from
+pulsys's checker (upstream/xet_hash.py), and both are tested against xet-core's and
+hf_xet's values.
 """
 
 import hashlib
 import hmac
 import json
 import threading
+
+import blake3
 
 try:
     import lz4.frame as _lz4
@@ -26,6 +37,65 @@ except ImportError:          # LZ4 chunks need the lz4 package (pulsys[test]); s
 CHUNK = 64 * 1024
 XORB_CHUNKS = 16             # 1 MiB xorbs: a file of a few MiB spans several
 NONE, LZ4 = 0, 1
+
+# xet-core merklehash/data_hash.rs: DATA_KEY, INTERNAL_NODE_HASH
+DATA_KEY = bytes((102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28,
+                  157, 228, 33, 16, 155, 235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41))
+NODE_KEY = bytes((1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230,
+                  93, 221, 83, 111, 55, 199, 109, 210, 248, 99, 82, 230, 74, 83, 113, 63))
+
+
+def chunk_hash(data):
+    return blake3.blake3(data, key=DATA_KEY).digest()
+
+
+def hash_hex(h):
+    """Xet's hex form: four little-endian u64 words, each as 16 hex digits."""
+    return "".join(h[i:i + 8][::-1].hex() for i in range(0, 32, 8))
+
+
+def merkle(nodes):
+    """Root of Xet's aggregated hash tree over [(hash, size)] (xet-core
+    merklehash/aggregated_hashes.rs): levels of groups of 2 to 9 nodes, a group closed
+    after its third or later node whose last 8 bytes, as a little-endian number, are a
+    multiple of 4; a group's node hashes its children's "{hex} : {size}" lines."""
+    if not nodes:
+        return bytes(32)
+    while len(nodes) > 1:
+        groups, cur = [], []
+        for k, node in enumerate(nodes):
+            cur.append(node)
+            cut = len(cur) >= 3 and int.from_bytes(node[0][24:], "little") % 4 == 0
+            if cut or len(cur) == 9 or k == len(nodes) - 1:
+                groups.append(cur)
+                cur = []
+        nodes = [(blake3.blake3("".join("%s : %d\n" % (hash_hex(h), n) for h, n in g).encode(),
+                                key=NODE_KEY).digest(), sum(n for _, n in g)) for g in groups]
+    return nodes[0][0]
+
+
+def file_hash(data):
+    """The Xet hash of a file cut into CHUNK-byte chunks (all zeros when empty)."""
+    nodes = [(chunk_hash(data[i:i + CHUNK]), len(data[i:i + CHUNK])) for i in range(0, len(data), CHUNK)]
+    return hash_hex(blake3.blake3(merkle(nodes), key=bytes(32)).digest() if nodes else bytes(32))
+
+
+def footer(xorb_hash, hashes, ends, sizes):
+    """A xorb's footer (`XorbObjectInfoV1`, little-endian) and its u32 length after it:
+    the xorb hash; the chunk hash section; the boundary section (each chunk's end in the
+    xorb, headers counted, then in the uncompressed data); the chunk count again; the
+    distance from each section's start to the footer's end; 16 reserved bytes."""
+    n = len(hashes)
+
+    def u32s(xs):
+        return b"".join(x.to_bytes(4, "little") for x in xs)
+    hash_part = b"XBLBHSH\x00" + u32s([n]) + b"".join(hashes)
+    unpacked = [sum(sizes[:i + 1]) for i in range(n)]
+    bound_part = b"XBLBBND\x01" + u32s([n]) + u32s(ends) + u32s(unpacked)
+    tail_len = 12 + 16
+    body = (b"XETBLOB\x01" + xorb_hash + hash_part + bound_part
+            + u32s([n, len(hash_part) + len(bound_part) + tail_len, len(bound_part) + tail_len]) + bytes(16))
+    return body + u32s([len(body)])
 
 
 def encode_chunk(data, compress=True):
@@ -69,17 +139,21 @@ def chunk_list(data):
 
 
 class Xorb:
+    """Chunks [(hash, uncompressed size, wire bytes)] stored as one xorb: `data` is the
+    chunks then the footer, `starts[i]` chunk i's first byte (starts[-1]: the footer's)."""
     __slots__ = ("hash", "data", "starts")
 
     def __init__(self, chunks):
-        self.hash = hashlib.sha256(b"xorb:" + b"".join(h.encode() for h, _ in chunks)).hexdigest()
-        parts, starts, pos = [], [], 0
-        for _, wire in chunks:
+        root = merkle([(h, n) for h, n, _ in chunks])
+        self.hash = hash_hex(root)
+        starts, pos = [], 0
+        for _, _, wire in chunks:
             starts.append(pos)
-            parts.append(wire)
             pos += len(wire)
         starts.append(pos)
-        self.data, self.starts = b"".join(parts), starts   # starts[i]: chunk i's first byte
+        self.starts = starts
+        self.data = b"".join(w for _, _, w in chunks) + footer(
+            root, [h for h, _, _ in chunks], starts[1:], [n for _, n, _ in chunks])
 
 
 class XetStore:
@@ -100,7 +174,7 @@ class XetStore:
 
             def flush():
                 if pending:
-                    x = Xorb([(h, wire) for h, (wire, _) in pending.items()])
+                    x = Xorb([(h, ref[2], wire) for h, (wire, ref) in pending.items()])
                     self.xorbs[x.hash] = x
                     for i, (h, (_, ref)) in enumerate(pending.items()):
                         self._chunk_at[h] = (x.hash, i)
@@ -108,7 +182,7 @@ class XetStore:
                     pending.clear()
             for off in range(0, len(data), CHUNK):
                 piece = data[off:off + CHUNK]
-                h = hashlib.sha256(b"chunk:" + piece).hexdigest()
+                h = chunk_hash(piece)
                 if h in self._chunk_at:
                     refs.append([*self._chunk_at[h], len(piece)])
                 elif h in pending:

@@ -15,9 +15,11 @@ Three routes, answered on pool threads:
           recorded too, so a warm answer to another repo's token asks again.
   xorb    /cas/xorbs/{xorb}/{first}-{end}?e=..&s=..: a chunk range, fetched once from
           the upstream URL of the reconstruction that named it (concurrent misses wait
-          for the one fetch), verified (xet_recon.verify_range), stored as a blob named
-          by its sha256 (so eviction, quota, `pulsys verify` and the shared tier handle
-          it as any blob) and served by the reactor from that file like any cached body.
+          for the one fetch), verified (xet_recon.verify_range: each chunk's keyed BLAKE3
+          against the xorb's footer, fetched once per xorb and authenticated by the
+          xorb hash, xet_hash.py), stored as a blob named by its sha256 (so eviction,
+          quota, `pulsys verify` and the shared tier handle it as any blob) and served by
+          the reactor from that file like any cached body.
   telemetry  POST /v1/telemetry (hf_xet drops the CAS path prefix): answered here,
           never forwarded.
 """
@@ -42,6 +44,7 @@ from pulsys.model.entry import CANNED, FILE, Entry
 from pulsys.model.job import Reply
 from pulsys.model.key import cache_key, repo_prefix
 from pulsys.upstream import headers as UH
+from pulsys.upstream import xet_hash as XH
 from pulsys.upstream import xet_plain as XP
 from pulsys.upstream import xet_recon as XR
 from pulsys.upstream.fill import Origin
@@ -364,7 +367,12 @@ class XetFacade:
                 return _error(502, why), None, "error"
             recon = self.s.index.get(recon_key)
             terms = XR.term_lengths(json.loads(recon.body), xorb, first, end) if recon is not None else {}
-            got = self._keep(path, e - s + 1, sha, xorb, first, end, key, terms)
+            footer, unverified = self._footer(xorb, url)
+            expect = footer.span(first, end) if footer is not None else None
+            if footer is not None and expect is None:
+                return self._bad(xorb, first, end, "the reconstruction names chunks beyond the xorb's %d"
+                                 % len(footer.hashes))
+            got = self._keep(path, e - s + 1, sha, xorb, first, end, key, terms, expect)
             path = None
         finally:
             if path is not None:
@@ -372,19 +380,28 @@ class XetFacade:
         if got[0].kind == FILE:
             self.s.c[M.XET_XORB_FILLS] += 1
             self.s.c[M.XET_XORB_BYTES_FETCHED] += got[0].size
+            if expect is None:
+                # served on the structural checks alone: a changed byte inside an
+                # uncompressed chunk would pass (ADR 0019, "What is verified")
+                self.s.c[M.XET_UNVERIFIED_RANGES] += 1
+                self.s.log.warning("xorb range kept without chunk hashes", xorb=xorb,
+                                   chunks="%d-%d" % (first, end), why=unverified)
         return got
 
-    def _keep(self, path, size, sha, xorb, first, end, key, terms):
-        """Verify the xorb range in part file `path` and store it (or discard it). ->
+    def _bad(self, xorb, first, end, why):
+        self.s.c[M.INTEGRITY_FAILURES] += 1
+        self.s.log.warning("xorb range failed verification", xorb=xorb, chunks="%d-%d" % (first, end), why=why)
+        return _error(502, "the xorb range failed verification: " + why), None, "error"
+
+    def _keep(self, path, size, sha, xorb, first, end, key, terms, expect):
+        """Verify the xorb range in part file `path` (against `expect`, its chunks'
+        (hash, size) from the xorb's footer, when known) and store it (or discard it). ->
         (entry, None, outcome); entry an error when it failed."""
         try:
             with open(path, "rb") as f:
-                bad, starts = XR.verify_range(f, size, end - first, terms)
+                bad, starts = XR.verify_range(f, size, end - first, terms, expect)
             if bad is not None:
-                self.s.c[M.INTEGRITY_FAILURES] += 1
-                self.s.log.warning("xorb range failed verification", xorb=xorb, chunks="%d-%d" % (first, end),
-                                   why=bad)
-                return _error(502, "the xorb range failed verification: " + bad), None, "error"
+                return self._bad(xorb, first, end, bad)
             blob_id = "sha256/" + sha
             space = self.s.space
             if space is not None and not space.reserve(blob_id, size):
@@ -424,13 +441,103 @@ class XetFacade:
                 ended.error = ended.error or UpstreamError(why)
                 self.s.log.warning("xorb range not taken from the bucket", xorb=xorb, why=why)
                 return None            # the Hub's CAS, as if the bucket had nothing
-            got = self._keep(path, e.size, sha, xorb, first, end, key, {})
+            footer = self._footer_kept(xorb)
+            got = self._keep(path, e.size, sha, xorb, first, end, key, {},
+                             footer.span(first, end) if footer is not None else None)
             path = None
             return got if got[0].kind == FILE else None
         finally:
             if path is not None:
                 self.s.store.discard(path)
             shared.fill_ended(ended)
+
+    # -- xorb footers (xet_hash.py) --------------------------------------------------
+
+    def _footer(self, xorb, url):
+        """(Footer, None): the xorb's footer, authenticated by its name; kept in the index,
+        so fetched once per xorb (concurrent asks wait for the one fetch). (None, why)
+        when it cannot be had: the range is then kept on its structure alone."""
+        footer = self._footer_kept(xorb)
+        if footer is not None:
+            return footer, None
+        key = cache_key(T.XET_XORB, "xet", xorb, "footer", "")
+        flight, leader = self.flights.join(key)
+        if not leader:
+            flight.wait(self.s.timeout[1] * 2)
+            footer = self._footer_kept(xorb)
+            if footer is not None:
+                return footer, None
+        try:
+            why, raw = self._fetch_footer(url)
+            if why is None:
+                try:
+                    footer = XH.parse_footer(raw)
+                except ValueError as e:
+                    why = str(e)
+            if why is None and not footer.authentic(xorb):
+                why = "the footer's chunk hashes do not hash to the xorb's name" \
+                    if footer.sizes is not None else "a version 0 footer (no chunk sizes: no Merkle root)"
+            if why is not None:
+                return None, why
+            self.s._publish_entry(Entry(CANNED, key, status=200, body=raw))
+            return footer, None
+        finally:
+            if leader:
+                self.flights.end(key, flight)
+
+    def _footer_kept(self, xorb):
+        """The xorb's footer from the index (or the fleet's bucket), checked again against
+        the xorb's name (a bucket is not trusted for it), or None."""
+        key = cache_key(T.XET_XORB, "xet", xorb, "footer", "")
+        e = self.s.index.get(key)
+        if e is None and self.s.shared is not None:
+            e = self.s._from_bucket(key, False)
+        if e is None or e.kind != CANNED or e.status != 200:
+            return None
+        try:
+            footer = XH.parse_footer(e.body)
+        except ValueError:
+            return None
+        return footer if footer.authentic(xorb) else None
+
+    def _fetch_footer(self, url):
+        """A xorb's footer bytes from the end of the object at `url` (the one a range was
+        just fetched from): first its last 4 bytes, the footer's length (xorb_object_format.rs
+        `XorbObject`: chunks, footer, u32 length), then that many more, as suffix ranges.
+        -> (None, footer bytes) or (why not, None)."""
+        why, tail = self._suffix(url, 4)
+        if why is not None:
+            return why, None
+        n = int.from_bytes(tail, "little")
+        if not 60 <= n <= XH.MAX_FOOTER:
+            return "the xorb ends in a footer length of %d" % n, None
+        why, raw = self._suffix(url, n + 4)
+        if why is None and raw[-4:] != tail:
+            why = "the xorb changed between two reads of its end"
+        return (why, None) if why is not None else (None, raw[:-4])
+
+    def _suffix(self, url, n):
+        """The last `n` bytes of the object at `url` (Range: bytes=-n) -> (None, bytes) or
+        (why not, None)."""
+        if not self.s._host_allowed(url):
+            return "the xorb host is not an allowed upstream host", None
+        try:
+            self.s.c[M.UPSTREAM_REQUESTS] += 1
+            resp = self.s.session.request("GET", url, headers={"Range": "bytes=-%d" % n}, stream=True,
+                                          allow_redirects=False, timeout=self.s.timeout)
+            st = resp.status_code
+            if st != 206:
+                resp.close()
+                return "the xorb host answered %d to a suffix range" % st, None
+            body = self.s._read_limited(resp, n)
+        except (requests.RequestException, UpstreamError, OSError) as x:
+            self.s.c[M.UPSTREAM_ERRORS] += 1
+            return "the xorb's end could not be read: %s" % type(x).__name__, None
+        self.s.c[M.UPSTREAM_BODY_BYTES] += len(body)
+        self.s.c[M.XET_XORB_BYTES_FETCHED] += len(body)
+        if len(body) != n:
+            return "the xorb host sent %d bytes for its last %d" % (len(body), n), None
+        return None, body
 
     def _download(self, url, s, e, path, counter=M.UPSTREAM_BODY_BYTES):
         """The bytes [s, e] at `url` into `path`. -> (None, sha256 hex) or (why, None);

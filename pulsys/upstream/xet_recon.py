@@ -1,4 +1,4 @@
-"""Reconstructions and xorb ranges as `--xet facade` handles them (xet-protocol.md §3-§5).
+"""Reconstructions and xorb ranges as `--xet facade` handles them (xet-protocol.md §3-§6).
 Pure: no I/O but the file a caller hands to `verify_range`.
 
 The upstream CAS answers a reconstruction with terms (runs of chunks of one xorb) and
@@ -11,6 +11,8 @@ hf_xet checks to the byte).
 """
 
 import lz4.frame
+
+from pulsys.upstream import xet_hash as XH
 
 MAX_CHUNK_STORED = 262144      # §5: compressed chunk bound
 MAX_CHUNK_DATA = 131072        # §5: uncompressed chunk bound
@@ -77,14 +79,17 @@ def term_lengths(answer, xorb, first, end):
     return out
 
 
-def verify_range(f, size, chunks, terms):
+def verify_range(f, size, chunks, terms, expect=None):
     """Check that the open file `f` of `size` bytes holds exactly `chunks` chunks as the
     wire carries them (§5: version 0 headers, known schemes, each decoding to its
     header's length within the format's bounds) and that each of `terms` ({(first, end)
-    chunk indices: unpacked length}) sums to its length. -> (None, where each chunk
-    starts in the file and, last, its size), or (what is wrong, None).
-    Nothing more can be checked: the hashes upstream gives are of the Merkle tree, which
-    needs every chunk of the xorb (§6)."""
+    chunk indices: unpacked length}) sums to its length. `expect`, when given: [(hash,
+    size)] of those chunks from the xorb's footer, authenticated by its Merkle root
+    (xet_hash.Footer): then each chunk's uncompressed bytes must also have that size and
+    that keyed BLAKE3, which covers every byte. -> (None, where each chunk starts in the
+    file and, last, its size), or (what is wrong, None)."""
+    if expect is not None and len(expect) != chunks:
+        return "the footer lists %d chunks for a range of %d" % (len(expect), chunks), None
     lengths, starts = [], []
     pos = 0
     while pos < size:
@@ -99,11 +104,17 @@ def verify_range(f, size, chunks, terms):
         if len(data) != stored:
             return "chunk %d: cut short" % len(lengths), None
         try:
-            n = len(_decode(scheme, data))
+            plain = _decode(scheme, data)
         except (ValueError, RuntimeError) as e:      # lz4 raises RuntimeError on bad frames
             return "chunk %d: %s" % (len(lengths), e), None
-        if n != unpacked:
-            return "chunk %d: decodes to %d bytes, its header says %d" % (len(lengths), n, unpacked), None
+        if len(plain) != unpacked:
+            return "chunk %d: decodes to %d bytes, its header says %d" % (len(lengths), len(plain), unpacked), None
+        if expect is not None and len(lengths) < chunks:
+            want_hash, want_size = expect[len(lengths)]
+            if unpacked != want_size:
+                return "chunk %d: %d bytes, the xorb's footer says %d" % (len(lengths), unpacked, want_size), None
+            if XH.chunk_hash(plain) != want_hash:
+                return "chunk %d: its BLAKE3 hash is not the one in the xorb's footer" % len(lengths), None
         lengths.append(unpacked)
         starts.append(pos)
         pos += HEADER + stored

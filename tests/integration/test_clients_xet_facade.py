@@ -23,6 +23,9 @@ pytestmark = pytest.mark.clients
 
 T = 120
 NO_TELEMETRY = {"HF_XET_TELEMETRY_ENABLED": "false"}
+# what pulsys reads of a one-chunk xorb's end to check it (upstream/xet.py _fetch_footer):
+# the footer's 4-byte length, then the footer (92 bytes + 40 a chunk) and that length again
+ONE_CHUNK_FOOTER_READ = 4 + 92 + 40 + 4
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +148,9 @@ def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pu
     out = _download(latest_venv, proxy, new_hf_home(), repo, "model.safetensors", "--revision", second)
     assert out.get("sha256") == hashlib.sha256(new).hexdigest(), out
     changed = hub.xorb_bytes()
-    # one 64 KiB chunk changed (LZ4-framed where smaller, plus its 8-byte header)
-    assert 0 < changed <= 64 * 1024 + 64, (changed, whole)
+    # one 64 KiB chunk changed (LZ4-framed where smaller, plus its 8-byte header), and
+    # the footer of its new one-chunk xorb read to check it (ONE_CHUNK_FOOTER_READ)
+    assert 0 < changed <= 64 * 1024 + 64 + ONE_CHUNK_FOOTER_READ, (changed, whole)
     # a plain-HTTP client of a third revision: assembled from xorb ranges, so it too
     # costs only the changed chunk, and nothing through the Hub's bridge
     third = hub.commit(repo, {"model.safetensors": new[:5 << 20] + b"again" + new[(5 << 20) + 5:]})
@@ -154,7 +158,7 @@ def test_a_second_revision_fetches_only_its_new_chunks(latest_venv, make_hub, pu
     out = _download(latest_venv, proxy, new_hf_home(), repo, "model.safetensors", "--revision", third,
                     env_extra={"HF_HUB_DISABLE_XET": "1"})
     assert out.get("sha256") == hashlib.sha256(new[:5 << 20] + b"again" + new[(5 << 20) + 5:]).hexdigest(), out
-    assert 0 < hub.xorb_bytes() <= 64 * 1024 + 64 and hub.total_body_bytes() == 0
+    assert 0 < hub.xorb_bytes() <= 64 * 1024 + 64 + ONE_CHUNK_FOOTER_READ and hub.total_body_bytes() == 0
 
 
 def test_gated_and_private_refused_per_user_as_the_hub_refuses(latest_venv, make_hub, pulsys_server, tmp_path,
@@ -273,3 +277,66 @@ def test_a_corrupt_xorb_range_is_never_served_nor_kept(make_hub, pulsys_server, 
     v = _vars(proxy)
     assert v["integrity_failures"] == 1 and v["xet_xorb_fills"] == 0
     assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
+
+
+def _suffix_reads(hub, xorb):
+    """GETs of a xorb's end (suffix ranges: how pulsys reads its footer)."""
+    return sum(1 for r in hub.requests if r.server == "xorb" and "/xorbs/" + xorb in r.path
+               and (r.range or "").startswith("bytes=-"))
+
+
+def test_a_changed_byte_inside_an_uncompressed_chunk_is_refused(make_hub, pulsys_server, tmp_path):
+    """Random bytes travel uncompressed (scheme 0), so a byte changed inside one leaves
+    every header, length and count right: only the chunk's BLAKE3 hash against the
+    xorb's footer (read once, authenticated by the xorb's name) tells. pulsys answers
+    502, counts it, keeps nothing, and the next request gets the right bytes."""
+    hub = make_hub(xet=True)
+    data = random.Random(7).randbytes(3 * 65536 + 100)        # one xorb of 4 chunks
+    hub.add_repo("acme/raw", {"model.safetensors": data})
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    cas, token = xetclient.cas_token(proxy.url, "acme/raw")
+    answer = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, "acme/raw", "model.safetensors"))
+    (xorb, entries), = answer["xorbs"].items()
+    url, span = entries[0]["url"], entries[0]["ranges"][0]["bytes"]
+    # where the fault lands (fake_hub_cdn.py: the middle byte of the body sent): inside
+    # a stored chunk's data, not in a header
+    x = hub._xet.xorbs[xorb]
+    mid = span["start"] + (span["end"] - span["start"] + 1) // 2
+    k = max(i for i, s in enumerate(x.starts) if s <= mid)
+    assert mid - x.starts[k] >= 8 and x.data[x.starts[k] + 4] == 0     # scheme 0
+    hub.faults.corrupt(times=1, match="/xorbs/" + xorb)
+    st, _, body = xetclient.get(url, headers={"Range": "bytes=%d-%d" % (span["start"], span["end"])})
+    assert st == 502 and b"BLAKE3" in body, body
+    v = _vars(proxy)
+    assert v["integrity_failures"] == 1 and v["xet_xorb_fills"] == 0 and v["xet_unverified_ranges"] == 0
+    hub.reset_counters()
+    assert xetclient.download(answer) == data
+    assert hub.xorb_bytes() >= span["end"] - span["start"] + 1          # fetched again: nothing was kept
+    assert _suffix_reads(hub, xorb) == 0                               # its footer was: read once, kept
+    v = _vars(proxy)
+    assert v["integrity_failures"] == 1 and v["xet_xorb_fills"] == 1 and v["xet_unverified_ranges"] == 0
+
+
+def test_without_the_footer_ranges_are_checked_for_structure_and_counted(make_hub, pulsys_server, tmp_path):
+    """A xorb host that refuses suffix ranges (416): no footer, so no chunk hash to check
+    against; the download still works on the structural checks, each such range counted
+    (xet_unverified_ranges). With footers, one read per xorb checks every range of it."""
+    hub = make_hub(xet=True)
+    corpus = populate(hub)
+    hub.xorb_suffix_ranges = False
+    proxy = _facade(pulsys_server, hub, tmp_path / "cache")
+    cas, token = xetclient.cas_token(proxy.url, MODEL)
+    answer = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, MODEL, "model.safetensors"))
+    assert xetclient.download(answer) == corpus.data(MODEL, "model.safetensors")
+    v = _vars(proxy)
+    assert v["xet_xorb_fills"] >= 3 and v["xet_unverified_ranges"] == v["xet_xorb_fills"]
+    assert v["integrity_failures"] == 0
+
+    hub.xorb_suffix_ranges = True
+    data = random.Random(8).randbytes(2 << 20)                  # 2 xorbs
+    hub.add_repo("acme/second", {"model.safetensors": data})
+    cas, token = xetclient.cas_token(proxy.url, "acme/second")
+    other = xetclient.reconstruction(cas, token, xetclient.xet_hash(proxy.url, "acme/second", "model.safetensors"))
+    assert xetclient.download(other) == data and len(other["xorbs"]) == 2
+    assert _vars(proxy)["xet_unverified_ranges"] == v["xet_unverified_ranges"]
+    assert all(_suffix_reads(hub, xorb) == 2 for xorb in other["xorbs"])   # its length, then itself

@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from pulsys.testing.fake_hub import FakeHub
-from pulsys.testing.fake_hub_xet import CHUNK, LZ4, NONE, chunk_list, encode_chunk
+from pulsys.testing.fake_hub_xet import CHUNK, LZ4, NONE, chunk_list, encode_chunk, file_hash
+from pulsys.upstream import xet_hash as XH
 
 PATH = "/org/m/resolve/main/model.safetensors"
 
@@ -96,11 +97,11 @@ def test_a_second_revision_stores_only_its_new_chunks(hub):
     hub.add_repo("org/m", files={"model.safetensors": base}, lfs={"model.safetensors"})
     tok = token(hub)
     assert fetch(hub, tok, xet_hash(hub), 2)[0] == base
-    before = sum(len(x.data) for x in hub._xet.xorbs.values())
+    before = sum(x.starts[-1] for x in hub._xet.xorbs.values())     # chunk bytes (footers aside)
     hub.commit("org/m", {"model.safetensors": bytes(changed)}, lfs={"model.safetensors"})
     tok = token(hub)
     assert fetch(hub, tok, xet_hash(hub), 2)[0] == bytes(changed)
-    added = sum(len(x.data) for x in hub._xet.xorbs.values()) - before
+    added = sum(x.starts[-1] for x in hub._xet.xorbs.values()) - before
     assert 0 < added <= CHUNK + 8                          # one chunk, with its header
 
 
@@ -137,3 +138,29 @@ def test_the_bridge_refuses_files_over_its_limit(hub):
     assert requests.get(hub.url + PATH, timeout=10).status_code == 400
     tok = token(hub)
     assert len(fetch(hub, tok, xet_hash(hub), 2)[0]) == 3 * CHUNK     # Xet still serves it
+
+
+def test_hashes_are_real_and_each_xorb_ends_in_its_footer(hub):
+    """xet-protocol.md §6: the file's Xet hash is the Merkle hash of its chunks; each
+    xorb is named by the Merkle root of its own and stored as chunks, footer, footer
+    length (xet-core xorb_object_format.rs), its end readable with a suffix Range."""
+    data = os.urandom(3 * CHUNK + 5)
+    hub.add_repo("org/m", files={"model.safetensors": data}, lfs={"model.safetensors"})
+    fh = xet_hash(hub)
+    assert fh == file_hash(data)
+    tok = token(hub)
+    rec = requests.get("%s/v2/reconstructions/%s" % (tok["casUrl"], fh), timeout=10,
+                       headers={"Authorization": "Bearer " + tok["accessToken"]}).json()
+    (xorb, (entry,)), = rec["xorbs"].items()
+    tail = requests.get(entry["url"], headers={"Range": "bytes=-4"}, timeout=10)
+    assert tail.status_code == 206 and len(tail.content) == 4
+    n = int.from_bytes(tail.content, "little")
+    raw = requests.get(entry["url"], headers={"Range": "bytes=-%d" % (n + 4)}, timeout=10).content
+    footer = XH.parse_footer(raw[:-4])
+    assert footer.authentic(xorb) and footer.sizes == [CHUNK] * 3 + [5]
+    pieces = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
+    assert footer.hashes == [XH.chunk_hash(p) for p in pieces]
+    # reconstructions name the chunks' bytes only, never the footer's
+    assert entry["ranges"][0]["bytes"]["end"] + 1 + n + 4 == len(hub._xet.xorbs[xorb].data)
+    hub.xorb_suffix_ranges = False                  # a CDN that refuses suffix ranges
+    assert requests.get(entry["url"], headers={"Range": "bytes=-4"}, timeout=10).status_code == 416

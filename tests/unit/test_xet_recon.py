@@ -2,10 +2,13 @@
 (pulsys/upstream/xet_recon.py), against the fake Hub's own encoder."""
 
 import io
+import os
 
 import pytest
 
+from pulsys.testing import fake_hub_xet as F
 from pulsys.testing.fake_hub_xet import CHUNK, XetStore, encode_chunk
+from pulsys.upstream import xet_hash as XH
 from pulsys.upstream import xet_recon as XR
 
 X = "ab" * 32
@@ -63,3 +66,27 @@ def test_verify_refuses_wrong_count_length_term_and_corruption():
     garbage = bytearray(data)
     garbage[12:20] = b"\xff" * 8     # inside the LZ4 frame
     assert XR.verify_range(io.BytesIO(bytes(garbage)), len(data), 2, {})[0] is not None
+
+
+def test_a_changed_byte_inside_an_uncompressed_chunk_is_caught_only_by_its_hash():
+    """Random bytes do not compress, so they travel as is (scheme 0): a changed byte
+    leaves every header, length and count right. Only the chunk's keyed BLAKE3 against
+    the xorb's authenticated footer (xet_hash.py) tells."""
+    pieces = [os.urandom(4000), os.urandom(3000)]
+    x = F.Xorb([(F.chunk_hash(p), len(p), F.encode_chunk(p)) for p in pieces])
+    assert x.data[4] == F.NONE
+    n = int.from_bytes(x.data[-4:], "little")
+    footer = XH.parse_footer(x.data[-4 - n:-4])
+    assert footer.authentic(x.hash)
+    wire = x.data[:x.starts[-1]]
+    flipped = bytearray(wire)
+    flipped[8 + 2000] ^= 0x01                   # inside chunk 0's data
+    flipped = bytes(flipped)
+    assert XR.verify_range(io.BytesIO(flipped), len(flipped), 2, {(0, 2): 7000})[0] is None   # structure: fine
+    bad = XR.verify_range(io.BytesIO(flipped), len(flipped), 2, {(0, 2): 7000}, footer.span(0, 2))[0]
+    assert "chunk 0" in bad and "BLAKE3" in bad
+    assert XR.verify_range(io.BytesIO(wire), len(wire), 2, {}, footer.span(0, 2))[0] is None
+    # a range of the xorb's second chunk alone is checked against that chunk's entry
+    second = wire[x.starts[1]:]
+    assert XR.verify_range(io.BytesIO(second), len(second), 1, {}, footer.span(1, 2))[0] is None
+    assert "footer" in XR.verify_range(io.BytesIO(second), len(second), 1, {}, footer.span(0, 1))[0]
