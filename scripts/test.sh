@@ -8,7 +8,15 @@ cd "$(dirname "$0")/.."
 . scripts/lib/venv.sh
 ensure_venv
 .venv/bin/python -m pip install -q -e '.[test]' || { echo "pulsys: error: installing test dependencies failed" >&2; exit 1; }
-.venv/bin/python -m pytest "$@"
+# Four test processes at a time (pytest-xdist): most tests wait on sockets, subprocesses
+# and real clients, so on 2 CPUs the suite takes ~7.5 min instead of ~13 (measured
+# 2026-12-03). PULSYS_TEST_WORKERS=0 runs it in one process.
+workers="${PULSYS_TEST_WORKERS:-4}"
+xdist=()
+if [ "$workers" != 0 ]; then
+    xdist=(-n "$workers" --dist loadgroup)
+fi
+.venv/bin/python -m pytest "${xdist[@]}" "$@"
 rc=$?
 if [ "$rc" = 5 ]; then
     echo "pulsys: error: pytest collected no tests" >&2

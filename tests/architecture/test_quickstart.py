@@ -4,7 +4,12 @@ import pathlib
 import re
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# serve.sh and test.sh both pip-install into .venv: one test process runs them, one at a
+# time (scripts/test.sh runs pytest-xdist with --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("venv")
 
 
 def quickstart_commands():

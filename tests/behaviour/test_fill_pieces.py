@@ -87,7 +87,7 @@ def test_a_cold_range_near_the_end_streams_at_once_and_ends_when_the_blob_is_ver
     # ... but its last byte waits until the whole blob is verified (ADR 0012), which the
     # waiting reader speeds up with fetchers on the rest of the file
     assert wait_until(lambda: srv.vars()["fills_completed"] == 1, 10)
-    assert took < 0.75 * size / rate, took
+    assert hub.most_concurrent_bodies(sha256_hex(HUGE)) >= 2, took
     hub.faults.clear()
 
 
@@ -113,7 +113,9 @@ def test_hf_transfer_pattern_runs_in_parallel_and_fetches_each_byte_once(hub, sr
         parts = list(ex.map(lambda sp: raw_get(srv.address, path, [("Range", "bytes=%d-%d" % sp)]), spans))
     took = time.monotonic() - t0
     assert b"".join(p[2] for p in parts) == BIG and all(p[0] == 206 and p[3] for p in parts)
-    assert took < 0.75 * size / rate, took               # faster than one stream could be
+    # in parallel: several upstream bodies of the blob at once (a wall-clock bound, against
+    # one paced stream, failed under a loaded machine: tests run 4 at a time on 2 CPUs)
+    assert hub.most_concurrent_bodies(sha) >= 3, took
     assert wait_until(lambda: srv.vars()["fills_completed"] == 1, 15)
     hub.faults.clear()
     assert wait_until(lambda: hub.body_bytes(sha) >= size, 5)   # counted after each send

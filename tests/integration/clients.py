@@ -161,7 +161,12 @@ def _build(name: str, requirements: tuple[str, ...], final: Path) -> None:
         (tmp / "requirements.txt").write_text("\n".join(requirements) + "\n")
         (tmp / ".pulsys-build-seconds").write_text(f"{time.monotonic() - t0:.1f}\n")
         (tmp / ".pulsys-ready").write_text("ok\n")
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _venv_ready(final):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)   # another test process built it meanwhile
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
