@@ -59,19 +59,25 @@ def main():
         assert load(srv.address, 2000, size) == 2000       # warm-up: caches, free lists, memo
         idle(srv)
         srv.access_writer.flush()
-        tracemalloc.start(1)
-        before_snap = tracemalloc.take_snapshot()
-        before = sys.getallocatedblocks()
-        served = load(srv.address, hits, size)
-        idle(srv)                                          # closes processed
-        srv.access_writer.flush()
-        after = sys.getallocatedblocks()
-        after_snap = tracemalloc.take_snapshot()
-        tracemalloc.stop()
+        # two measured rounds, the lower count kept: other threads of this process (the
+        # fake Hub's, the stats and history savers) allocate by the second, not by the hit,
+        # and on a loaded machine a round takes longer; a leak per hit shows in both
+        per_hit = []
+        for _ in range(2):
+            tracemalloc.start(1)
+            before_snap = tracemalloc.take_snapshot()
+            before = sys.getallocatedblocks()
+            served = load(srv.address, hits, size)
+            idle(srv)                                      # closes processed
+            srv.access_writer.flush()
+            after = sys.getallocatedblocks()
+            after_snap = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            per_hit.append((after - before) / hits)
         pulsys_dir = os.path.join(ROOT, "pulsys")
         growth = [s for s in after_snap.compare_to(before_snap, "filename")
                   if s.traceback[0].filename.startswith(pulsys_dir) and s.size_diff > 0]
-        print(json.dumps({"served": served, "per_hit": (after - before) / hits,
+        print(json.dumps({"served": served, "per_hit": min(per_hit), "rounds": per_hit,
                           "pulsys_growth": sum(s.size_diff for s in growth),
                           "growth_top": [str(s) for s in growth[:5]],
                           "cache_hits": srv.vars()["cache_hits"]}))
