@@ -136,9 +136,9 @@ def render_template(name, values):
     return text
 
 
-def version_of(cmd):
+def version_of(cmd, cwd=None):
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as e:
         return "unknown (%s)" % e
     out = (p.stdout + p.stderr).strip().splitlines()
@@ -357,10 +357,11 @@ class Peer:
 class Pulsys(Peer):
     server = "pulsys"
 
-    def __init__(self, ctx, variant, flag):
+    def __init__(self, ctx, variant, flag, root=ROOT):
         self.variant = variant
         self.flag = flag
-        super().__init__(ctx)
+        self.root = root      # the source tree run (`python -m pulsys` from there): this one,
+        super().__init__(ctx)  # or another commit's worktree for an A/B (profile_floors --base-tree)
 
     def cmd(self):
         hub = self.ctx.hub
@@ -375,16 +376,16 @@ class Pulsys(Peer):
                          "--auth", "off"]
 
     def start(self):
-        self.version = version_of([sys.executable, "-m", "pulsys", "--version"])
+        self.version = version_of([sys.executable, "-m", "pulsys", "--version"], cwd=self.root)
         cmd = self.cmd()
         # Product defaults (access log on, JSON), stderr discarded as in production.
-        self.spawn(cmd, cwd=ROOT)
+        self.spawn(cmd, cwd=self.root)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 # Run the same command again with stderr captured, for its one-line reason.
                 try:
-                    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
+                    p = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, timeout=30)
                 except subprocess.TimeoutExpired:
                     raise Unavailable("pulsys %s; started again, it did not exit"
                                       % self.exited_message()) from None

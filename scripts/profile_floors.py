@@ -17,6 +17,10 @@ CPU per request depends on it; compare servers within one run only.
 
     python scripts/profile_floors.py --size 4096 --concurrency 16 --duration 3 --rounds 2
 
+--base-tree DIR adds `pulsys-iouring` run from another source tree (a worktree of another
+commit: git worktree add --detach /tmp/base <commit>) as the peer pulsys/iouring-base, with
+the same interpreter and liburing, for a before/after comparison inside one run.
+
 Writes results/<machine>/profile_floors_<size>_c<N>_<date>.json with provenance (or --out-dir).
 Needs perf and py-spy (pip install py-spy); a server that cannot start is recorded unavailable.
 """
@@ -139,6 +143,7 @@ def main():
     ap.add_argument("--servers", default="uring-ref,uring-floor,pulsys-iouring")
     ap.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     ap.add_argument("--out-dir")
+    ap.add_argument("--base-tree", help="also run pulsys --iouring from this source tree (A/B)")
     a = ap.parse_args()
     for tool in ("perf",):
         if not shutil.which(tool):
@@ -148,7 +153,12 @@ def main():
     hub = ctx.hub
     rows, unavailable, peers = [], {}, []
     try:
-        for peer in B.make_peers(ctx, a.servers.split(",")):
+        made = B.make_peers(ctx, a.servers.split(","))
+        base = None
+        if a.base_tree:
+            base = B.Pulsys(ctx, "iouring-base", "--iouring", root=os.path.abspath(a.base_tree))
+            made.append(base)
+        for peer in made:
             try:
                 peer.start()
                 peer.warm()
@@ -197,6 +207,10 @@ def main():
                       "py_spy": B.version_of([os.path.join(os.path.dirname(sys.executable), "py-spy"), "--version"])},
                peers={p.key: [B.portable_path(ctx, c) for c in p.command] for p in peers},
                loadavg_after=B.loadavg(), unavailable=unavailable, rows=rows)
+    if base is not None:
+        p = subprocess.run(["git", "-C", base.root, "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", base.root, "status", "--porcelain"], capture_output=True, text=True)
+        doc["base_tree"] = {"peer": base.key, "commit": p.stdout.strip(), "clean": dirty.stdout.strip() == ""}
     name = "profile_floors_%d_c%d_%s.json" % (a.size, a.concurrency,
                                               datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
     print("wrote", provenance.write_result(name, doc, a.out_dir))

@@ -6,15 +6,20 @@ module. Facts about the binding (2026.3.30) this relies on, checked by probe() a
 tests/unit/test_uring_facade.py:
   - buffers must be bytes/bytearray objects (no memoryview, no offset): recv fills a
     whole bytearray from index 0, send takes a whole bytes/bytearray;
-  - the binding holds the GIL inside io_uring_enter, so the reactor never blocks in
-    it: it submits without waiting and sleeps in epoll on the ring fd, which becomes
-    readable when completions are posted (epoll releases the GIL);
+  - the binding holds the GIL inside io_uring_enter, waits included (its source calls
+    no PyEval_SaveThread; tests/unit/test_uring_facade.py measures another thread
+    stopped for the whole of a binding wait), so the reactor never waits through it.
+    Ring.wait() sleeps in io_uring_enter through ctypes instead, which releases the
+    GIL for the call (ctypes docs: functions of a CDLL release it); the epoll mode
+    sleeps in epoll on the ring fd;
   - a Timespec or buffer handed to a prep call must be kept alive by the caller until
     its completion arrives;
   - reading a CQE's `res` raises OSError for a negative result (-errno); reap() turns
     that back into the negative number, so the reactor sees the kernel's value.
 """
 
+import ctypes
+import errno
 import select
 import socket
 
@@ -28,27 +33,87 @@ CQE_F_MORE = L.IORING_CQE_F_MORE
 # the recv's completion then proves the send finished (io_uring_enter(2), IOSQE_*)
 LINK_QUIET = L.IOSQE_IO_LINK | L.IOSQE_CQE_SKIP_SUCCESS
 MSG_WAITALL = socket.MSG_WAITALL   # io_uring retries short sends instead of returning them
-POLLOUT = select.POLLOUT
+POLLOUT, POLLIN = select.POLLOUT, select.POLLIN
 ECANCELED = 125
+# How the thread sleeps until completions come (Ring.wait_mode):
+#   "ring"   IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN (kernel >= 6.1; man
+#            io_uring_setup: DEFER_TASKRUN requires SINGLE_ISSUER). A completion produced on
+#            another CPU (a recv's data arriving) is queued as local task work and run
+#            inside this thread's next io_uring_enter(GETEVENTS): nothing interrupts the
+#            thread while it runs Python. It sleeps in io_uring_enter itself, min_complete
+#            1, through ctypes (the GIL released), and the kernel wakes it when work is
+#            queued (io_req_local_work_add). Profiled against the reference server
+#            (docs/benchmarks.md, issue 18): 0.03 IPIs per request, against 0.3-0.35 in
+#            "epoll" mode.
+#   "epoll"  SINGLE_ISSUER only: completions are task work run by interrupting the thread
+#            (an IPI when it runs elsewhere), which makes the ring fd readable; the thread
+#            sleeps in epoll on it. With DEFER_TASKRUN epoll on the ring fd does not work:
+#            seen on 6.18, it reports the fd readable while the completion ring is still
+#            empty (the work is queued, not run), so a loop polling it spins; an earlier
+#            kernel here stalled for the full poll timeout instead.
+# "auto" takes "ring" when the kernel sets such a ring up and a wait on it works, else "epoll".
+WAIT_MODES = ("auto", "ring", "epoll")
+_SETUP_RING = L.IORING_SETUP_SINGLE_ISSUER | L.IORING_SETUP_DEFER_TASKRUN
+_ENTER_WAIT = L.IORING_ENTER_GETEVENTS | L.IORING_ENTER_EXT_ARG
+# io_uring_enter's number in the generic syscall table, which every Linux architecture
+# but alpha uses for the io_uring calls (425-427 since 5.1; arch/*/syscall*.tbl)
+NR_IO_URING_ENTER = 426
+
+
+class _KernelTimespec(ctypes.Structure):      # struct __kernel_timespec
+    _fields_ = [("tv_sec", ctypes.c_int64), ("tv_nsec", ctypes.c_int64)]
+
+
+class _GetEventsArg(ctypes.Structure):        # struct io_uring_getevents_arg (5.11+)
+    _fields_ = [("sigmask", ctypes.c_uint64), ("sigmask_sz", ctypes.c_uint32),
+                ("min_wait_usec", ctypes.c_uint32), ("ts", ctypes.c_uint64)]
+
+
+_syscall = None
+
+
+def _raw_enter():
+    """libc's syscall(2) as a ctypes function: a CDLL call releases the GIL."""
+    global _syscall
+    if _syscall is None:
+        f = ctypes.CDLL(None, use_errno=True).syscall
+        f.restype = ctypes.c_long
+        f.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                      ctypes.c_void_p, ctypes.c_long]
+        _syscall = f
+    return _syscall
 
 
 class Ring:
     """One io_uring instance owned by one thread."""
 
-    def __init__(self, entries=4096):
-        self._ring = L.Ring()
-        # Not COOP_TASKRUN or DEFER_TASKRUN: both leave completions as pending task work
-        # until this thread enters the kernel, so epoll on the ring fd would not wake
-        # for them (measured: iterations stalled for the full poll timeout).
-        flags = L.IORING_SETUP_SINGLE_ISSUER
-        try:
-            L.io_uring_queue_init(entries, self._ring, flags)
-        except OSError:
-            self._ring = L.Ring()
-            L.io_uring_queue_init(entries, self._ring, 0)
+    def __init__(self, entries=4096, wait="auto"):
+        """wait: "auto", "ring" (OSError where it cannot be had) or "epoll" (WAIT_MODES).
+        With "ring" (DEFER_TASKRUN), only the thread that made the ring may run its
+        completions: make it on the thread that uses it."""
+        if wait not in WAIT_MODES:
+            raise ValueError("wait must be one of %s" % (WAIT_MODES,))
+        self._ring = self._epoll = None
+        self.wait_mode = None
+        if wait != "epoll":
+            try:
+                self._setup(entries, _SETUP_RING)
+                self._wait_args()
+                if self._enter(0, 0.0) != 0:      # GETEVENTS, nothing to wait for: 0 at once
+                    raise OSError(errno.ENOSYS, "io_uring_enter through ctypes failed")
+                self.wait_mode = "ring"
+            except (OSError, AttributeError, TypeError):
+                self.close()
+                if wait == "ring":
+                    raise
+        if self.wait_mode is None:
+            try:
+                self._setup(entries, L.IORING_SETUP_SINGLE_ISSUER)   # 6.0+
+            except OSError:
+                self._setup(entries, 0)
+            self.wait_mode = "epoll"
         self._cqe = L.Cqe()
-        self.fd = self._ring.ring_fd
-        self.enters = 0             # io_uring_enter calls made by submit()
+        self.enters = 0             # io_uring_enter calls made by submit(), get_events(), wait()
         r = self._ring
         get_sqe, set_data = L.io_uring_get_sqe, L.io_uring_sqe_set_data64
         prep_recv, prep_send = L.io_uring_prep_recv, L.io_uring_prep_send
@@ -83,10 +148,62 @@ class Ring:
                 self.enters += 1
             return n
 
+        submit_and_get_events, sq_ready = L.io_uring_submit_and_get_events, L.io_uring_sq_ready
+
+        def get_events():
+            # "ring" mode: one enter submits what is prepared and runs the completions
+            # queued as local task work (IORING_ENTER_GETEVENTS, wait_nr 0: it does not
+            # block, so holding the GIL in it costs nothing). The kernel runs a bounded
+            # batch per enter (io_run_local_work: IO_LOCAL_TW_DEFAULT_MAX, 20 in 6.x) and
+            # keeps the rest queued; wait() runs that rest before it would sleep.
+            if sq_ready(r):
+                submit_and_get_events(r)
+                self.enters += 1
+
         self._sqe = sqe
         self.prep_recv = recv
         self.prep_send = send
         self.submit = do_submit
+        self.get_events = get_events
+
+    def _setup(self, entries, flags):
+        ring = L.Ring()
+        L.io_uring_queue_init(entries, ring, flags)
+        self._ring = ring       # only a ring that was set up is ever torn down
+        self.fd = ring.ring_fd
+
+    def _wait_args(self):
+        self._ts = _KernelTimespec(0, 0)
+        self._arg = _GetEventsArg(0, 0, 0, ctypes.addressof(self._ts))
+        self._argp = ctypes.addressof(self._arg)
+        self._argsz = ctypes.sizeof(self._arg)
+        self._sys = _raw_enter()
+
+    def _enter(self, min_complete, timeout):
+        ts = self._ts
+        ts.tv_sec = sec = int(timeout)
+        ts.tv_nsec = int((timeout - sec) * 1e9)
+        n = self._sys(NR_IO_URING_ENTER, self.fd, 0, min_complete, _ENTER_WAIT, self._argp, self._argsz)
+        return n if n >= 0 else -ctypes.get_errno()
+
+    def wait(self, timeout):
+        """Sleep until at least one completion is ready or `timeout` seconds pass, without
+        holding the GIL. Submits nothing: submit (or get_events) first. In "ring" mode the
+        kernel first runs the completions queued for this thread and sleeps only when
+        none of them posted a CQE (io_cqring_wait); -> True unless the timeout passed."""
+        if self.wait_mode == "ring":
+            self.enters += 1
+            n = self._enter(1, timeout)
+            if n >= 0 or n == -errno.EINTR:
+                return True
+            if n == -errno.ETIME:
+                return False
+            raise OSError(-n, "io_uring_enter: %s" % errno.errorcode.get(-n, -n))
+        ep = self._epoll
+        if ep is None:
+            ep = self._epoll = select.epoll()
+            ep.register(self.fd, select.EPOLLIN)
+        return bool(ep.poll(timeout)) or self.ready() > 0
 
     def prep_accept(self, fd, tag, multishot=True):
         s = self._sqe()
@@ -99,6 +216,13 @@ class Ring:
     def prep_poll_out(self, fd, tag):
         s = self._sqe()
         L.io_uring_prep_poll_add(s, fd, POLLOUT)
+        L.io_uring_sqe_set_data64(s, tag)
+
+    def prep_poll_in_multishot(self, fd, tag):
+        """A completion (flag CQE_F_MORE) each time fd is woken and readable, until one
+        comes without CQE_F_MORE: then it has ended and must be prepared again."""
+        s = self._sqe()
+        L.io_uring_prep_poll_multishot(s, fd, POLLIN)
         L.io_uring_sqe_set_data64(s, tag)
 
     def reap(self, dispatch, cap=4096):
@@ -129,6 +253,9 @@ class Ring:
         return L.io_uring_cq_ready(self._ring)
 
     def close(self):
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
         if self._ring is not None:
             L.io_uring_queue_exit(self._ring)
             self._ring = None
@@ -160,30 +287,25 @@ def probe():
 
         def note(tag, res, flags):
             got[tag] = (res, flags)
-        ep = select.epoll()
-        ep.register(ring.fd, select.EPOLLIN)
-        try:
-            if not ep.poll(2) or not ring.reap(note) or 1 not in got or got[1][0] < 0:
-                return False, "accept through io_uring failed: %r" % (got.get(1),)
-            if not got[1][1] & CQE_F_MORE:
-                return False, "multishot accept not supported (kernel < 5.19?)"
-            srv = socket.socket(fileno=got[1][0])
-            buf = bytearray(4)
-            ring.prep_recv(srv.fileno(), buf, 2)
-            ring.prep_send(srv.fileno(), b"pong", 3)
-            ring.submit()
-            cli.sendall(b"ping")
-            deadline = 0
-            while (2 not in got or 3 not in got) and deadline < 20:
-                ep.poll(0.1)
-                ring.reap(note)
-                deadline += 1
-            if got.get(2, (0,))[0] != 4 or bytes(buf) != b"ping" or got.get(3, (0,))[0] != 4:
-                return False, "recv/send through io_uring failed: %r" % (got,)
-            if cli.recv(4) != b"pong":
-                return False, "send through io_uring delivered wrong bytes"
-        finally:
-            ep.close()
+        if not ring.wait(2) or not ring.reap(note) or 1 not in got or got[1][0] < 0:
+            return False, "accept through io_uring failed: %r" % (got.get(1),)
+        if not got[1][1] & CQE_F_MORE:
+            return False, "multishot accept not supported (kernel < 5.19?)"
+        srv = socket.socket(fileno=got[1][0])
+        buf = bytearray(4)
+        ring.prep_recv(srv.fileno(), buf, 2)
+        ring.prep_send(srv.fileno(), b"pong", 3)
+        ring.submit()
+        cli.sendall(b"ping")
+        deadline = 0
+        while (2 not in got or 3 not in got) and deadline < 20:
+            ring.wait(0.1)
+            ring.reap(note)
+            deadline += 1
+        if got.get(2, (0,))[0] != 4 or bytes(buf) != b"ping" or got.get(3, (0,))[0] != 4:
+            return False, "recv/send through io_uring failed: %r" % (got,)
+        if cli.recv(4) != b"pong":
+            return False, "send through io_uring delivered wrong bytes"
         return True, ""
     except Exception as e:  # noqa: BLE001
         return False, "io_uring probe failed: %s: %s" % (type(e).__name__, e)

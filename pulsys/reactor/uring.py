@@ -1,10 +1,15 @@
 """Linux io_uring reactor backend: one ring per listener, same request step as every
 backend (the loop itself is ReactorBase.run).
 
-One I/O turn: submit every SQE prepared since the last turn (one io_uring_enter for
-all of them), sleep in epoll on the ring fd and the mailbox only when nothing is
-ready (the liburing binding holds the GIL inside io_uring_enter, epoll does not),
-reap completions.
+One I/O turn, where the kernel has IORING_SETUP_DEFER_TASKRUN (6.1+; Ring.wait_mode
+"ring", platform/uring.py): one io_uring_enter submits every SQE prepared since the last
+turn and runs the completions queued for this thread; only when no completion is ready
+and no post waits in the mailbox does the thread sleep, in io_uring_enter itself, without
+the GIL; then reap. The mailbox wakes that sleep through a multishot POLL_ADD on its
+wake-up socket, on the ring. Elsewhere ("epoll"): submit, sleep in epoll on the ring fd
+and the mailbox when nothing is ready, reap. The liburing binding holds the GIL inside
+io_uring_enter, so neither sleeps through it (other threads, the fill pool and the
+access-log writer among them, run meanwhile).
 
 user_data = (fd << 3) | op. A connection's socket is not closed while any of its
 operations is in flight, so an fd number is never reused under a pending completion,
@@ -30,7 +35,8 @@ from pulsys.reactor.base import DONE_SEND, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, Conn, close_socket
 from pulsys.reactor.step import grow
 
-OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL = 1, 2, 3, 4
+OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
+IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED, M.FUSED_HEAD_BODY,
                                            M.URING_ENTER)
@@ -56,8 +62,10 @@ class UringConn(Conn):
 class UringReactor(ReactorBase):
     name = "uring"
 
-    def __init__(self, *args, **kw):
+    def __init__(self, *args, wait="auto", **kw):
+        """wait: how the ring is set up and the loop sleeps (platform.uring.WAIT_MODES)."""
         super().__init__(*args, **kw)
+        self.wait = wait
         self.ring = self.epoll = None
         self.wake_fd = self.mailbox.rsock.fileno()
         self.zombies = {}
@@ -67,20 +75,45 @@ class UringReactor(ReactorBase):
     # -- the I/O turn ------------------------------------------------------------------
 
     def io_open(self):
-        ring = self.ring = Ring()
+        ring = self.ring = Ring(wait=self.wait)     # on the loop's thread: DEFER_TASKRUN wants it
+        self.accept_on()
+        if ring.wait_mode == "ring":
+            self.io_turn = self._ring_turn()
+        else:
+            self.io_turn = self._epoll_turn()
+
+    def _ring_turn(self):
+        ring = self.ring
+        ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
+        # the turn runs once per loop pass: what it uses is bound here, once
+        get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
+        pending, dispatch, c = self.mailbox.pending, self._dispatch, self.counters
+
+        def turn():
+            get_events()
+            # Never sleep with a completion ready (reap takes at most its cap per turn) or a
+            # post queued. Completions still queued as task work need no check here: the
+            # wait runs them first and sleeps only if none of them posted a CQE.
+            if not ready() and not pending():
+                wait(IDLE_WAIT)
+            self.now = monotonic()
+            reap(dispatch)
+            c[_ENTER] = ring.enters
+        return turn
+
+    def _epoll_turn(self):
+        ring = self.ring
         ep = self.epoll = select.epoll()
         wake = self.wake_fd
         ep.register(ring.fd, select.EPOLLIN)
         ep.register(wake, select.EPOLLIN)
-        self.accept_on()
-        # the turn runs once per loop pass: what it uses is bound here, once
         submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
         pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self._dispatch, self.counters
 
         def turn():
             submit()
             if not ready() and not pending():
-                ev = poll(1.0)
+                ev = poll(IDLE_WAIT)
                 if ev and (len(ev) > 1 or ev[0][0] == wake):
                     # the wake-up socket can be readable with nothing queued: a post made
                     # while the mailbox drained wrote a byte for a call that drain then
@@ -90,12 +123,13 @@ class UringReactor(ReactorBase):
             self.now = monotonic()
             reap(dispatch)
             c[_ENTER] = ring.enters
-        self.io_turn = turn
+        return turn
 
     def io_close(self):
         ring = self.ring
         ring.submit()
-        self.epoll.close()
+        if self.epoll is not None:
+            self.epoll.close()
         ring.close()
         for conn in list(self.zombies.values()):
             close_socket(conn)
@@ -193,6 +227,14 @@ class UringReactor(ReactorBase):
         op = tag & 7
         if op == OP_ACCEPT:
             self._on_accept(res, flags)
+            return
+        if op == OP_WAKE:
+            # the mailbox's wake-up socket became readable: drain it even when the queue
+            # is empty now, to read the byte (a post made while the mailbox drained
+            # leaves one behind, and its flag set: no later post would write another)
+            if not flags & CQE_F_MORE:
+                self.ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)   # it has ended: re-arm
+            self.mailbox.drain()
             return
         fd = tag >> 3
         conn = self.conns.get(fd)
