@@ -175,8 +175,8 @@ def main(argv=None):
               "xet-pulsys-cold/xet-direct": summary["xet-pulsys-cold"]["median_mb_s"] / d}
     doc = provenance(benchmark="bench_xet", size_bytes=len(data), rounds=a.rounds, pace_mbps=a.pace_mbps,
                      xorb_bytes=FX.XORB_CHUNKS * FX.CHUNK, loadavg_at_end=os.getloadavg(),
-                     client=subprocess.run([a.client_python, "-c", "import huggingface_hub, hf_xet; print("
-                                            "huggingface_hub.__version__, hf_xet.__version__)"],
+                     client=subprocess.run([a.client_python, "-c", "from importlib.metadata import version as v; "
+                                            "print('huggingface_hub', v('huggingface_hub'), 'hf_xet', v('hf_xet'))"],
                                            capture_output=True, text=True).stdout.strip(),
                      rows=rows, summary=summary, ratios=ratios)
     name = a.out or "xet_%s%s_xorb%dm.json" % (datetime.date.today().isoformat(), "_paced" if a.pace_mbps else "",
