@@ -22,7 +22,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from bench_warm import free_port, start_pulsys  # noqa: E402
+from bench_warm import start_pulsys  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--connections", type=int, default=1)
     ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--iouring", choices=("on", "off"), default="off",
+                    help="the reactor backend: io_uring, or the portable selector (default)")
     ap.add_argument("--record", action="store_true", help="write results/<machine>/syscalls.json")
     a = ap.parse_args()
     if not shutil.which("strace"):
@@ -64,7 +66,7 @@ def main():
     hub = FakeHub(record_requests=False).start()
     hub.add_repo("bench/s", files={"f.bin": os.urandom(a.size)}, lfs={"f.bin"})
     with tempfile.TemporaryDirectory() as cache:
-        p, url = start_pulsys(hub, cache, ["--access-log", "off"])
+        p, url = start_pulsys(hub, cache, ["--access-log", "off", "--iouring" if a.iouring == "on" else "--no-iouring"])
         try:
             path = "/bench/s/resolve/main/f.bin"
             urllib.request.urlopen(url + path).read()
@@ -101,7 +103,8 @@ def main():
     for name, c in sorted(counts.items(), key=lambda kv: -kv[1]):
         print("  %-16s %6.2f / request" % (name, c / n))
     if a.record:
-        doc = provenance(benchmark="syscalls_per_hit", backend="selector", requests=n,
+        doc = provenance(benchmark="syscalls_per_hit", backend="iouring" if a.iouring == "on" else "selector",
+                         requests=n,
                          connections=a.connections, size=a.size,
                          per_request={k: round(v / n, 3) for k, v in counts.items()},
                          total_per_request=round(total / n, 3))
