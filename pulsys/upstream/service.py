@@ -40,8 +40,8 @@ from pulsys.upstream.ratelimit import RateLimit, retry_after
 from pulsys.upstream.xet import XetFacade
 
 MAX_API_BODY = 256 << 20
-XET_LINK_BASE = "https://huggingface.co"
 MAX_ERROR_BODY = 64 << 10
+XET_LINK_BASE = "https://huggingface.co"   # the token link on /resolve without --public-base-url
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9.\-]+(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
@@ -607,16 +607,17 @@ class Upstream:
         if origin is not None:       # --xet facade: assembled from xorb ranges (upstream/xet_plain.py)
             if resp is not None:
                 resp.close()
-            return self._run_fill(job, entry, fill, None, "xet:" + entry.headers[0][1], None, origin=origin)
+            return self._run_fill(job, entry, fill, None, "xet:" + _xet_hash(entry), None, origin=origin)
         renew = functools.partial(self.renew_body_url, resolve_url, entry, job.auth) if resolve_url else None
         self._run_fill(job, entry, fill, resp, body_url, renew, origin=self._origin_for(job))
 
     def _xet_origin(self, job, t, entry):
         """--xet facade, a Xet file: the Origin that assembles it from xorb ranges, or
         None (strip, a regular file, or no reconstruction to be had)."""
-        if self.xet is None or not entry.headers or entry.headers[0][0] != "X-Xet-Hash" or not entry.size:
+        xh = _xet_hash(entry)
+        if self.xet is None or xh is None or not entry.size:
             return None
-        return self.xet.plain_origin(job, t, entry.headers[0][1], entry.commit, entry.size)
+        return self.xet.plain_origin(job, t, xh, entry.commit, entry.size)
 
     def _xet_headers(self, t, h, commit):
         """--xet facade: the Xet signals a FILE answer keeps (xet-protocol.md §1), its
@@ -975,6 +976,14 @@ class Upstream:
         headers = UH.client_headers(resp.headers, self.base, self._link_base(job))
         entry = Entry(CANNED, "", status=resp.status_code, headers=headers, body=body)
         return job.reply(Reply(entry, None, "passthrough"))
+
+
+def _xet_hash(entry):
+    """The Xet hash a FILE entry carries (Upstream._xet_headers puts it first), or None."""
+    for name, value in entry.headers:
+        if name == "X-Xet-Hash":
+            return value
+    return None
 
 
 def _may_use_cache(job, stale=False):

@@ -42,7 +42,7 @@ from pulsys.upstream import xet_recon as XR
 from pulsys.upstream.fill import Origin
 from pulsys.upstream.flights import Flights
 from pulsys.upstream.xet_tokens import CasToken
-from pulsys.upstream.xet_xorbs import XorbRanges
+from pulsys.upstream.xet_xorbs import XorbRanges, chunks_key, range_key
 from pulsys.upstream.xet_xorbs import error as _error
 
 TOKEN_TTL = 3600            # seconds a CAS token pulsys mints is valid (at most the Hub's)
@@ -55,6 +55,16 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _JSON = (("Content-Type", "application/json"),)
 
 
+def _recon_key(file_hash, version, span):
+    """The index key of an upstream reconstruction of bytes `span` ("all" or
+    "FIRST-LAST") of a file, as API `version` answered it."""
+    return cache_key(T.XET_RECON, "xet", file_hash, "v%d" % version, span)
+
+
+def _member_key(rtype, repo, file_hash):
+    """The index key recording that the upstream CAS answered for this file to a token
+    of this repo (purged with the repo: admin/cache_view.py)."""
+    return cache_key(T.XET_RECON, rtype, repo, "member", file_hash)
 
 
 def _json(obj, headers=()):
@@ -167,8 +177,8 @@ class XetFacade:
         if rng is not None and not _RANGE.match(rng.strip()):
             return job.reply(Reply(_error(400, "Range must be bytes=FIRST-LAST"), None, "error"))
         rng = rng.strip() if rng else ""
-        key = cache_key(T.XET_RECON, "xet", file_hash, "v%d" % version, rng[len("bytes="):] or "all")
-        member = cache_key(T.XET_RECON, tok.rtype, tok.repo, "member", file_hash)
+        key = _recon_key(file_hash, version, rng[len("bytes="):] or "all")
+        member = _member_key(tok.rtype, tok.repo, file_hash)
         base = self.s._link_base(job)
         if base is None:
             return job.reply(Reply(_error(400, "no usable Host header: set --public-base-url"), None, "error"))
@@ -241,7 +251,6 @@ class XetFacade:
         token in service mode; in client mode only the Hub token kept for that client."""
         return None if self.s.access is None else _KEPT
 
-
     def _answer(self, job, body, version, key, base, outcome, renew):
         answer = json.loads(body)
         expires = int(self.wall() + URL_TTL)
@@ -252,7 +261,7 @@ class XetFacade:
             ranges = cached.get(xorb)
             if ranges is None:
                 ranges = cached[xorb] = self.xorbs.cached_ranges(xorb)
-            for (c, d), starts in ranges.items():
+            for (c, d), (starts, _) in ranges.items():
                 if c <= a and b <= d:
                     return base + self.tokens.xorb_path(xorb, c, d, expires), starts[a - c], starts[b - c] - 1
             return base + self.tokens.xorb_path(xorb, a, b, expires), 0, size - 1
@@ -277,10 +286,11 @@ class XetFacade:
         (the whole reconstruction cannot be had: the Hub's bridge serves it instead)."""
         auth = job.auth if self.s.access is not None else None
         who = digest(auth) if auth else ""
+        tok = CasToken(who, t.rtype, t.repo, commit, 0)
         got = None
         for version in (1, 2):
             for span in ("all", "0-%d" % (size - 1)):
-                key = cache_key(T.XET_RECON, "xet", xet_hash, "v%d" % version, span)
+                key = _recon_key(xet_hash, version, span)
                 e = self.s.index.get(key)
                 if e is not None:
                     got = (e.body, version, key)
@@ -290,17 +300,14 @@ class XetFacade:
         if got is None:
             if self.s.offline:
                 return None
-            tok = CasToken(who, t.rtype, t.repo, commit, 0)
-            key = cache_key(T.XET_RECON, "xet", xet_hash, "v1", "all")
+            key = _recon_key(xet_hash, 1, "all")
             body = self._ask_upstream(tok, xet_hash, 1, "", key, auth=auth)
             if isinstance(body, Entry):
                 self.s.log.info("no Xet reconstruction for a plain download: the bridge serves it",
                                 repo=t.repo, status=body.status)
                 return None
-            self.s._publish_entry(Entry(CANNED, cache_key(T.XET_RECON, t.rtype, t.repo, "member", xet_hash),
-                                        status=204))
+            self.s._publish_entry(Entry(CANNED, _member_key(t.rtype, t.repo, xet_hash), status=204))
             got = (body, 1, key)
-        tok = CasToken(who, t.rtype, t.repo, commit, 0)
         renew = functools.partial(self._ask_upstream, tok, xet_hash, got[1], "", got[2], True, auth)
         try:
             answer = json.loads(got[0])
@@ -352,9 +359,9 @@ class XetFacade:
         self.s.log.warning("a file assembled from xorb ranges failed its sha256: dropping them",
                            blob=fill.blob_id, ranges=len(used))
         for xorb, c, d in list(used):
-            key = cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (c, d))
+            key = range_key(xorb, c, d)
             e = self.s.index.get(key)
-            self.s.index.remove_many([key, cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (c, d))])
+            self.s.index.remove_many([key, chunks_key(xorb, c, d)])
             if e is not None and e.blob_id and not self.s.index.keys_of_blob(e.blob_id):
                 if self.s.space is not None:
                     self.s.space.forget(e.blob_id)
@@ -364,20 +371,17 @@ class XetFacade:
         """Decoded chunks [first, end) of `xorb`, from a cached range that holds them or
         from the fetch range of the reconstruction that does, fetched now. `used`
         collects the ranges read."""
-        for (c, d), starts in self.xorbs.cached_ranges(xorb).items():
+        for (c, d), (starts, e) in self.xorbs.cached_ranges(xorb).items():
             if c <= first and end <= d:
-                e = self.xorbs.cached(cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (c, d)))
-                if e is not None:
-                    used.add((xorb, c, d))
-                    return XP.read_chunks(e.blob_path, starts, first - c, end - c)
+                used.add((xorb, c, d))
+                return XP.read_chunks(e.blob_path, starts, first - c, end - c)
         for c, d in fetch:
             if c <= first and end <= d:
                 used.add((xorb, c, d))
                 e, _, _ = self.xorbs.ensure(xorb, c, d)
                 if e.kind != FILE:
                     raise UpstreamError("xorb range %s %d-%d: %s" % (xorb, c, d, e.body.decode()))
-                starts = json.loads(self.s.index.get(
-                    cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (c, d))).body)
+                starts = json.loads(self.s.index.get(chunks_key(xorb, c, d)).body)
                 return XP.read_chunks(e.blob_path, starts, first - c, end - c)
         raise UpstreamError("the reconstruction names chunks %d-%d of %s in no fetch range" % (first, end, xorb))
 
@@ -396,6 +400,8 @@ class _Asker:
 
 
 _KEPT = object()
+
+
 def _as_v1(answer):
     """A v2 answer's fetch part in v1's shape (what xet_plain.Plan reads)."""
     fetch = {}

@@ -35,6 +35,21 @@ FORBIDDEN = "the upstream xorb host answered 403"
 _JSON = (("Content-Type", "application/json"),)
 
 
+def range_key(xorb, first, end):
+    """The index key of cached chunks [first, end) of `xorb` (a FILE entry of its blob)."""
+    return cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (first, end))
+
+
+def chunks_key(xorb, first, end):
+    """The index key of where the chunks of that range start (a list, as JSON)."""
+    return cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (first, end))
+
+
+def footer_key(xorb):
+    """The index key of a xorb's footer (its chunk hashes, xet_hash.py)."""
+    return cache_key(T.XET_XORB, "xet", xorb, "footer", "")
+
+
 def error(status, message):
     """A JSON error to answer with (the Hub's style: X-Error-Message)."""
     return Entry(CANNED, "", status=status, headers=_JSON + (("X-Error-Message", message),),
@@ -60,17 +75,17 @@ class XorbRanges:
                     srcs.pop(k, None)
 
     def cached_ranges(self, xorb):
-        """{(first, end): where each chunk starts} of the ranges of `xorb` in the cache
-        now: a range a reconstruction names inside one of them is served from it, so a
-        second revision's unchanged chunks are not fetched again."""
+        """{(first, end): (where each chunk starts, the range's entry)} of the ranges of
+        `xorb` in the cache now: a range a reconstruction names inside one of them is
+        served from it, so a second revision's unchanged chunks are not fetched again."""
         out = {}
         prefix = repo_prefix(T.XET_XORB, "xet", xorb) + "chunks|"
-        for e in self.s.index.entries(prefix):
-            span = e.key[len(prefix):].split("|")[0]
-            if self.cached(cache_key(T.XET_XORB, "xet", xorb, "", span)) is not None:
-                first, end = map(int, span.split("-"))
+        for c in self.s.index.entries(prefix):
+            first, end = map(int, c.key[len(prefix):].split("|")[0].split("-"))
+            e = self.cached(range_key(xorb, first, end))
+            if e is not None:
                 try:
-                    out[(first, end)] = json.loads(e.body)
+                    out[(first, end)] = (json.loads(c.body), e)
                 except ValueError:
                     continue
         return out
@@ -78,7 +93,7 @@ class XorbRanges:
     def ensure(self, xorb, first, end):
         """(entry, fill, outcome) for chunks [first, end) of `xorb`: cached, or fetched
         once however many ask at a time; entry is an error to answer with when neither."""
-        key = cache_key(T.XET_XORB, "xet", xorb, "", "%d-%d" % (first, end))
+        key = range_key(xorb, first, end)
         e = self.cached(key)
         if e is not None:
             self.s.c[M.XET_XORB_HITS] += 1
@@ -186,7 +201,7 @@ class XorbRanges:
                 self.s.store.discard(path)
         entry = prepare(Entry(FILE, key, size, sha, "", False, blob_id, blob_path, "application/octet-stream"))
         # where its chunks start: later reconstructions may point inside it (_place)
-        self.s._publish_entry(Entry(CANNED, cache_key(T.XET_XORB, "xet", xorb, "chunks", "%d-%d" % (first, end)),
+        self.s._publish_entry(Entry(CANNED, chunks_key(xorb, first, end),
                                     status=200, body=json.dumps(starts).encode()))
         self.s._publish_entry(entry)
         return entry, None, "miss"
@@ -230,7 +245,7 @@ class XorbRanges:
         footer = self._footer_kept(xorb)
         if footer is not None:
             return footer, None
-        key = cache_key(T.XET_XORB, "xet", xorb, "footer", "")
+        key = footer_key(xorb)
         flight, leader = self.flights.join(key)
         if not leader:
             flight.wait(self.s.timeout[1] * 2)
@@ -258,7 +273,7 @@ class XorbRanges:
     def _footer_kept(self, xorb):
         """The xorb's footer from the index (or the fleet's bucket), checked again against
         the xorb's name (a bucket is not trusted for it), or None."""
-        key = cache_key(T.XET_XORB, "xet", xorb, "footer", "")
+        key = footer_key(xorb)
         e = self.s.index.get(key)
         if e is None and self.s.shared is not None:
             e = self.s._from_bucket(key, False)
