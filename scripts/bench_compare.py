@@ -251,10 +251,12 @@ def wait_idle(root, timeout=20.0, interval=0.2):
 
 # -- HTTP checks -------------------------------------------------------------------
 
-def http_get(port, path, timeout=120.0):
+def http_get(port, path, timeout=120.0, header=None):
+    """GET path -> (status, body); header: one extra "Name: value" line, as the generators send."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        name, _, value = (header or "").partition(":")
+        conn.request("GET", path, headers={name: value.strip()} if header else {})
         r = conn.getresponse()
         return r.status, r.read()
     finally:
@@ -279,6 +281,15 @@ def file_path(size):
 
 
 # -- the servers ---------------------------------------------------------------------
+
+def peer_key():
+    """A made-up key of a pulsys key's length, for the peers that check none (Peer.header)."""
+    from pulsys.auth.keys import KEY_LEN, new_key
+    key = new_key()[0]
+    if len(key) != KEY_LEN:
+        raise SystemExit("bench_compare: a made-up key has %d characters, not %d" % (len(key), KEY_LEN))
+    return key
+
 
 class Unavailable(Exception):
     pass
@@ -307,6 +318,13 @@ class Peer:
         """The URL path this peer serves the file of `size` at."""
         return file_path(size)
 
+    @property
+    def header(self):
+        """The Authorization line every request to this peer carries: pulsys's own key
+        (`--auth required`), and for the peers, which check none, a made-up key of the same
+        length, so that every server parses the same request bytes."""
+        return "Authorization: Bearer " + self.ctx.peer_key
+
     def spawn(self, cmd, **kw):
         self.command = cmd
         kw.setdefault("stdout", subprocess.DEVNULL)
@@ -323,7 +341,7 @@ class Peer:
             if size > self.max_size:
                 continue
             try:
-                status, body = http_get(self.port, self.path(size))
+                status, body = http_get(self.port, self.path(size), header=self.header)
             except OSError as e:
                 raise Unavailable("warm-up GET of f%d.bin failed: %s" % (size, e)) from None
             if status != 200 or body != data:
@@ -372,11 +390,26 @@ class Pulsys(Peer):
                          "--admin-listen", "127.0.0.1:%d" % self.admin_port,
                          "--upstream", hub.url, "--allow-upstream-host", hub.cdn_netloc,
                          "--cache-dir", os.path.join(self.dir, "cache"), "--log-format", "json",
-                         # like the peers, no client keys; their cost: bench_warm.py, ADR 0009
-                         "--auth", "off"]
+                         # every request carries a real read key (self.header), checked
+                         "--auth", "required"]
+
+    @property
+    def header(self):
+        return "Authorization: Bearer " + self.key_text
+
+    def make_key(self):
+        """A read key in this server's own store, made before it starts (so no first-start
+        admin key is made and printed)."""
+        p = subprocess.run([sys.executable, "-m", "pulsys", "keys", "create", "--cache-dir",
+                            os.path.join(self.dir, "cache"), "--name", "bench"], cwd=self.root,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0 or not p.stdout.strip():
+            raise Unavailable("pulsys keys create failed: " + (p.stderr.strip().splitlines() or ["?"])[-1])
+        self.key_text = p.stdout.strip()
 
     def start(self):
         self.version = version_of([sys.executable, "-m", "pulsys", "--version"], cwd=self.root)
+        self.make_key()
         cmd = self.cmd()
         # Product defaults (access log on, JSON), stderr discarded as in production.
         self.spawn(cmd, cwd=self.root)
@@ -599,11 +632,11 @@ def build_loadgen(workdir):
     return exe, version_of([cc, "--version"])
 
 
-def run_loadgen(exe, port, size, conns, duration, path=None):
+def run_loadgen(exe, port, size, conns, duration, path=None, header=None):
     """loadgen on CPU 1 against 127.0.0.1:port, GET path (default: the bench file of
     `size`), each body expected to be `size` bytes -> its JSON report, or {"error": ...}."""
     cmd = pin(1) + [exe, "-a", "127.0.0.1", "-p", str(port), "-u", path or file_path(size), "-c", str(conns),
-                    "-d", "%g" % duration, "-s", str(size)]
+                    "-d", "%g" % duration, "-s", str(size)] + (["-H", header] if header else [])
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     except subprocess.TimeoutExpired:
@@ -625,10 +658,10 @@ def _wrk_time(text):
     return float(m.group(1)) * _WRK_UNITS[m.group(2)] if m else None
 
 
-def run_wrk(port, size, conns, duration, path=None):
+def run_wrk(port, size, conns, duration, path=None, header=None):
     secs = max(1, int(round(duration)))
-    cmd = pin(1) + ["wrk", "-t1", "-c%d" % conns, "-d%ds" % secs, "--timeout", "30s", "--latency",
-                    "http://127.0.0.1:%d%s" % (port, path or file_path(size))]
+    cmd = pin(1) + ["wrk", "-t1", "-c%d" % conns, "-d%ds" % secs, "--timeout", "30s", "--latency"] + (
+        ["-H", header] if header else []) + ["http://127.0.0.1:%d%s" % (port, path or file_path(size))]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
     except subprocess.TimeoutExpired:
@@ -664,9 +697,9 @@ def measure(ctx, peer, generator, size, conns, rnd):
     hub0 = ctx.hub.total_body_bytes()
     cpu0 = tree_cpu_ticks(root)
     if generator == "wrk":
-        g = run_wrk(peer.port, size, conns, ctx.duration, peer.path(size))
+        g = run_wrk(peer.port, size, conns, ctx.duration, peer.path(size), peer.header)
     else:
-        g = run_loadgen(ctx.loadgen, peer.port, size, conns, ctx.duration, peer.path(size))
+        g = run_loadgen(ctx.loadgen, peer.port, size, conns, ctx.duration, peer.path(size), peer.header)
     cpu1 = tree_cpu_ticks(root)
     hub1 = ctx.hub.total_body_bytes()
     settle = wait_idle(root)
@@ -787,8 +820,9 @@ def generator_check(ctx, peers, conc_list, rounds):
         res = {"loadgen": [], "wrk": []}
         for _ in range(rounds):
             for gen in ("loadgen", "wrk"):
-                g = (run_loadgen(ctx.loadgen, target.port, size, c, ctx.duration, target.path(size))
-                     if gen == "loadgen" else run_wrk(target.port, size, c, ctx.duration, target.path(size)))
+                g = (run_loadgen(ctx.loadgen, target.port, size, c, ctx.duration, target.path(size), target.header)
+                     if gen == "loadgen" else
+                     run_wrk(target.port, size, c, ctx.duration, target.path(size), target.header))
                 wait_idle(target.proc.pid)
                 res[gen].append(None if "error" in g else round(g["req_per_s"], 1))
         lg = [x for x in res["loadgen"] if x is not None]
@@ -871,6 +905,7 @@ def main(argv=None):
     ctx.started = []
     ctx.olah_bin = a.olah_bin
     ctx.workdir = tempfile.mkdtemp(prefix="pulsys-bench-")
+    ctx.peer_key = peer_key()
     hub = None
 
     def on_term(signum, frame):

@@ -172,7 +172,8 @@ def main():
                 pid = peer.proc.pid
 
                 def run():
-                    r = B.run_loadgen(ctx.loadgen, peer.port, a.size, a.concurrency, a.duration, peer.path(a.size))
+                    r = B.run_loadgen(ctx.loadgen, peer.port, a.size, a.concurrency, a.duration, peer.path(a.size),
+                                     peer.header)
                     B.wait_idle(peer.proc.pid)
                     return r
                 row = {"server": peer.key, "round": rnd, "version": peer.version}

@@ -76,6 +76,7 @@ def one_file_ctx(size, duration, prefix):
     ctx = B.Ctx()
     ctx.duration, ctx.started, ctx.olah_bin = duration, [], None
     ctx.workdir = tempfile.mkdtemp(prefix=prefix)
+    ctx.peer_key = B.peer_key()
     ctx.loadgen, _ = B.build_loadgen(ctx.workdir)
     ctx.www = os.path.join(ctx.workdir, "www")
     d = os.path.join(ctx.www, B.REPO, "resolve", "main")
@@ -115,7 +116,8 @@ def main():
             try:
                 peer.start()
                 peer.warm()
-                g = B.run_loadgen(ctx.loadgen, peer.port, a.size, a.concurrency, a.duration)
+                g = B.run_loadgen(ctx.loadgen, peer.port, a.size, a.concurrency, a.duration,
+                                  header=peer.header)
             finally:
                 peer.stop()
             if "error" in g:

@@ -12,6 +12,7 @@
  * Built at run time by scripts/bench_compare.py with the system cc into a temp dir:
  *   cc -O2 -o loadgen loadgen.c
  *   loadgen -a 127.0.0.1 -p 8080 -u /bench/files/resolve/main/f4096.bin -c 16 -d 5 -s 4096
+ *           [-H "Authorization: Bearer KEY"]   (one extra request header, sent on every request)
  * Connects to the IPv4 address given with -a only; the driver passes 127.0.0.1.
  */
 #define _GNU_SOURCE
@@ -293,15 +294,16 @@ static int consume(struct conn *c, const char *data, size_t n, int *status, int 
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: loadgen -a IPV4 -p PORT -u PATH -c CONNECTIONS -d SECONDS [-s EXPECTED_BODY_BYTES] [-C]\n");
+    fprintf(stderr, "usage: loadgen -a IPV4 -p PORT -u PATH -c CONNECTIONS -d SECONDS [-s EXPECTED_BODY_BYTES] [-C]"
+                    " [-H 'NAME: VALUE']\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    const char *ip = "127.0.0.1", *path = "/";
+    const char *ip = "127.0.0.1", *path = "/", *extra = NULL;
     int port = 0, nconn = 1, opt;
     double duration = 1;
-    while ((opt = getopt(argc, argv, "a:p:u:c:d:s:C")) != -1) {
+    while ((opt = getopt(argc, argv, "a:p:u:c:d:s:CH:")) != -1) {
         switch (opt) {
         case 'a': ip = optarg; break;
         case 'p': port = atoi(optarg); break;
@@ -310,6 +312,7 @@ int main(int argc, char **argv) {
         case 'd': duration = atof(optarg); break;
         case 's': expect_size = atoll(optarg); break;
         case 'C': copy_bodies = 1; break;
+        case 'H': extra = optarg; break;
         default: usage();
         }
     }
@@ -318,7 +321,9 @@ int main(int argc, char **argv) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
     if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) usage();
-    request_len = (size_t)snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: %s:%d\r\n\r\n", path, ip, port);
+    if (extra && (strchr(extra, '\r') || strchr(extra, '\n') || !strchr(extra, ':'))) usage();
+    request_len = (size_t)snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: %s:%d\r\n%s%s\r\n",
+                                   path, ip, port, extra ? extra : "", extra ? "\r\n" : "");
     if (request_len >= sizeof request) usage();
     rbuf = malloc(RECV_BUF);
     struct conn *conns = calloc((size_t)nconn, sizeof *conns);

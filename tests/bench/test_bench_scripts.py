@@ -106,6 +106,9 @@ def test_tiny_compare_run_writes_documented_csv_and_json(tmp_path):
             assert r["commit"] == doc["commit"]
     for r in doc["rows"]:
         assert r["upstream_body_bytes"] == 0   # warm: nothing fetched from the fake Hub while measuring
+    # pulsys checks a real key on every request (a refused one would be a loadgen status error above)
+    cmd = " ".join(doc["peers"]["pulsys/portable"]["command"])
+    assert "--auth required" in cmd and "hf_pulsys" not in text   # the key itself is not recorded
     # Every server it started is gone again.
     for peer in doc["peers"].values():
         assert refused(peer["port"]), peer
