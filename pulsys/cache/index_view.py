@@ -38,9 +38,13 @@ from pulsys.http1.heads import prepare
 from pulsys.model.entry import FILE
 from pulsys.model.key import rev_key, target_key
 
-SMALL_BODY_MAX = 16 * 1024
+# A body this small is sent from memory: on io_uring one send SQE with its head, fused with
+# the next recv. At 64 KiB, 16 connections, that cost 30-35% less CPU per hit than head +
+# sendfile from the blob (46 vs 73 and 36 vs 51 us/request in two rounds of one A/B run,
+# results/<machine>/profile_floors_65536_c16_*; docs/benchmarks.md, issue 18).
+SMALL_BODY_MAX = 64 * 1024
 MEMO_MAX = 2048          # as many keys as the reactor remembers request heads (reactor/step.py)
-MEMO_BYTES = 16 << 20
+MEMO_BYTES = 32 << 20    # per reactor: 512 bodies of the largest small size before it starts over
 
 
 def read_small(path, size):
