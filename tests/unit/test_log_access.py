@@ -1,3 +1,4 @@
+import calendar
 import io
 import json
 import time
@@ -46,3 +47,38 @@ def test_durations_are_milliseconds_rounded_to_the_microsecond():
     AccessLogWriter([a], "json", out).flush()
     text = [l.split('"duration_ms":')[1].split(",")[0] for l in out.getvalue().splitlines()]
     assert text == ["0.000", "0.002", "0.003", "12.346", "12.346", "12500.000"]
+
+
+def test_percent_signs_in_paths_are_written_as_sent():
+    # request targets are percent-encoded: the per-key format strings must not read them
+    for fmt in ("json", "console"):
+        a = AccessLog()
+        a.append((time.monotonic(), ("GET", "/o/n/resolve/main/a%20b%s%d%%", 200, 7, "hit"), 0.001))
+        out = io.StringIO()
+        AccessLogWriter([a], fmt, out).flush()
+        line = out.getvalue()
+        assert line.count("\n") == 1
+        if fmt == "json":
+            assert json.loads(line)["path"] == "/o/n/resolve/main/a%20b%s%d%%"
+        else:
+            assert "path=/o/n/resolve/main/a%20b%s%d%% status=200" in line and "duration_ms=1.000 " in line
+
+
+def test_timestamps_follow_the_records_across_seconds_and_many_slices():
+    a = AccessLog()
+    t0 = time.monotonic()
+    n = AccessLogWriter.SLICE * 2 + 7
+    for i in range(n):
+        a.append((t0 + i * 0.01, ("GET", "/f%d" % (i % 3), 200, i, "hit"), i * 1e-6))
+    out = io.StringIO()
+    before = time.time()
+    AccessLogWriter([a], "json", out).flush()
+    lines = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert len(lines) == n and [l["bytes"] for l in lines] == list(range(n))
+    assert [l["path"] for l in lines[:4]] == ["/f0", "/f1", "/f2", "/f0"]
+    stamps = [calendar.timegm(time.strptime(l["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
+              + int(l["timestamp"][20:26]) / 1e6 for l in lines]
+    # the wall clock of each record, 10 ms apart, within a few ms of now
+    assert all(abs((b - a) - 0.01) < 2e-6 for a, b in zip(stamps, stamps[1:]))
+    assert abs(stamps[0] - (before - (time.monotonic() - t0))) < 0.5
+    assert lines[5]["duration_ms"] == 0.005
