@@ -122,10 +122,11 @@ def wrk(url, connections, duration, headers=()):
 def loadgen(exe, url, size, connections, duration, headers=()):
     """The C closed-loop client of bench_compare (scripts/bench_peers/loadgen.c): cheaper
     per request than wrk, and it reports its own CPU time (getrusage)."""
-    if headers:
-        raise SystemExit("bench_warm: --generator loadgen sends no headers; use wrk for --auth variants")
+    if len(headers) > 1:
+        raise SystemExit("bench_warm: loadgen sends one extra header; use wrk for more")
     u = urllib.parse.urlsplit(url)
-    d = bench_compare.run_loadgen(exe, u.port, size, connections, duration, path=u.path)
+    d = bench_compare.run_loadgen(exe, u.port, size, connections, duration, path=u.path,
+                                  header="%s: %s" % headers[0] if headers else None)
     if "error" in d:
         raise SystemExit("bench_warm: " + d["error"])
     if d["errors"]:
