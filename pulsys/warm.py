@@ -112,6 +112,7 @@ def remember_answer(head, entry, gen, until):
     if plan.count:
         a.file = (head, entry, plan)
         a.dcount = plan.count   # body bytes of one answer, as the general step counts them
+        a.log = (head.method, head.target, plan.status, len(plan.head) + plan.count, "hit")
         return a
     a.out = out = plan.head + plan.body if plan.body else plan.head
     n = len(out)

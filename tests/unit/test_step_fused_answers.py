@@ -145,3 +145,85 @@ def test_body_from_the_blob_file_is_fused_and_sent_whole(rig):
     r = rig.reactor
     assert r.counters[M.CACHE_HITS] == 2 and r.counters[M.BYTES_SERVED] == 2 * len(got)
     assert rig.conn.state == READ and r.served    # back to reading; LRU saw the hits
+
+
+def _fused_file(rig, size):
+    """Publish a body of `size` read from the blob, and deliver the request twice (the
+    second is fused); the connection's socket non-blocking as in the reactor."""
+    body = os.urandom(size)
+    rig.publish(body, in_memory=False)
+    rig.sockets[1].setblocking(False)
+    polls = []
+    rig.ring.prep_poll_out = lambda fd, tag: polls.append(fd)
+    return body, polls
+
+
+def _drain(peer, n):
+    peer.setblocking(False)
+    got = b""
+    while True:
+        try:
+            chunk = peer.recv(1 << 20)
+        except BlockingIOError:
+            return got
+        got += chunk
+        if len(got) >= n:
+            return got
+
+
+def test_fused_file_hit_the_socket_cannot_take_goes_on_in_the_state_machine(rig):
+    from pulsys.log import AccessLog
+    from pulsys.reactor.conn import SEND
+    body, polls = _fused_file(rig, 8 << 20)        # far more than a socket buffer holds
+    r, conn, peer = rig.reactor, rig.conn, rig.sockets[2]
+    log = AccessLog()
+    r.access = log.append
+    for expect_fused in (False, True):
+        rig.conn.plan.head = b""
+        rig.deliver()
+        assert (rig.conn.plan.head == b"") is expect_fused
+        got = b""
+        while conn.state == SEND:                  # what each POLLOUT completion does
+            assert polls and polls[-1] == conn.fd
+            got += _drain(peer, 1 << 30)
+            r.advance(conn)
+        got += _drain(peer, 1 << 30)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and (b"Content-Length: %d" % len(body)) in head
+        assert rest == body
+        assert conn.state == READ and conn.file_fd == -1 and conn.head is None
+    assert r.counters[M.CACHE_HITS] == 2 and r.counters[M.BYTES_SERVED] == 2 * len(got)
+    assert r.counters[M.SENDFILE_EAGAIN] >= 2
+    assert [rec[1][2:] for rec in log.buf] == [(200, len(got), "hit")] * 2
+    assert all(refs == 0 for _, refs in r.fdcache._fds.values())   # the blob's fd released
+
+
+def test_fused_file_hit_whole_in_one_go_logs_and_counts_like_the_general_step(rig):
+    from pulsys.log import AccessLog
+    body, polls = _fused_file(rig, 100_000)
+    r, peer = rig.reactor, rig.sockets[2]
+    log = AccessLog()
+    r.access = log.append
+    sizes = []
+    for _ in range(2):
+        rig.deliver()
+        got = _drain(peer, len(body) + 1000)
+        assert got.endswith(body)
+        sizes.append(len(got))
+    assert not polls and sizes[0] == sizes[1]
+    assert [rec[1] for rec in log.buf] == [("GET", "/org/m/resolve/main/f.bin", 200, sizes[0], "hit")] * 2
+    assert r.counters[M.BYTES_SERVED] == 2 * sizes[0] and r.counters[M.H_WARM_SUM] >= 0
+    assert sum(r.counters[M.H_WARM:M.H_WARM_SUM]) == 2               # both in the warm histogram
+
+
+def test_fused_file_hit_to_a_peer_that_is_gone_closes_only_that_connection(rig):
+    from pulsys.reactor.conn import CLOSED
+    body, polls = _fused_file(rig, 100_000)
+    r, peer = rig.reactor, rig.sockets[2]
+    rig.deliver()
+    _drain(peer, len(body) + 1000)
+    resets = r.counters[M.PEER_RESETS]
+    peer.close()
+    rig.deliver()                                   # fused: the send meets a closed peer
+    assert r.counters[M.PEER_RESETS] == resets + 1 and rig.conn.state == CLOSED
+    assert all(refs == 0 for _, refs in r.fdcache._fds.values())
