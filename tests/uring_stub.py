@@ -26,6 +26,9 @@ class RecordingRing:
     def prep_recv(self, fd, buf, tag):
         pass
 
+    def prep_send_recv(self, fd, data, send_tag, buf, recv_tag):
+        self.sent.append(data)
+
     def prep_poll_out(self, fd, tag):
         raise AssertionError("an in-memory answer never waits for POLLOUT")
 

@@ -142,6 +142,17 @@ class Ring:
             if sqe_flags:
                 s.flags = sqe_flags
 
+        def send_recv(fd, data, send_tag, buf, recv_tag):
+            # the fused hit's pair: send `data` (MSG_WAITALL, linked, no completion on
+            # success), then recv into `buf`; one call where send + recv are two
+            s = get_sqe(r) or sqe()
+            prep_send(s, fd, data, MSG_WAITALL)
+            set_data(s, send_tag)
+            s.flags = LINK_QUIET
+            s = get_sqe(r) or sqe()
+            prep_recv(s, fd, buf, 0)
+            set_data(s, recv_tag)
+
         def do_submit():
             n = submit(r)
             if n:
@@ -163,6 +174,7 @@ class Ring:
         self._sqe = sqe
         self.prep_recv = recv
         self.prep_send = send
+        self.prep_send_recv = send_recv
         self.submit = do_submit
         self.get_events = get_events
 

@@ -220,7 +220,18 @@ class UringReactor(ReactorBase):
             if conn is not None:        # (a closed connection is a zombie until drained)
                 conn.inflight -= 1
                 try:
-                    self._on_recv(conn, res)
+                    if res > 0 and conn.state == READ and not conn.recv_ibuf and not conn.sending:
+                        # _on_recv's common case, here: a new head into the empty buffer
+                        # (one call less per hit; the rest is _on_recv's, in its order)
+                        conn.recv_pending = False
+                        conn.send_buf = None
+                        conn.last_active = self.now
+                        if self._hit(conn, res):
+                            return
+                        conn.rend += res
+                        self.advance(conn)
+                    else:
+                        self._on_recv(conn, res)
                 except Exception:
                     self.internal_error(conn)
                 return
@@ -346,10 +357,8 @@ class UringReactor(ReactorBase):
         if out is None:
             return self._hit_file(conn, a, t0)
         fd = conn.fd
-        ring = self.ring
-        ring.prep_send(fd, out, (fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
+        self.ring.prep_send_recv(fd, out, (fd << 3) | OP_SEND, conn.rbuf, (fd << 3) | OP_RECV)
         conn.send_buf = out
-        ring.prep_recv(fd, conn.rbuf, (fd << 3) | OP_RECV)
         conn.recv_pending = True
         conn.inflight += 1
         c = self.counters
