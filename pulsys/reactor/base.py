@@ -106,12 +106,16 @@ class ReactorBase:
         second) the timeouts; on the way out every connection is closed."""
         self.io_open()
         mailbox, turn = self.mailbox, self.io_turn
+        acc = self.access_log
+        buffered, batch = (acc.buf.__len__, acc.BATCH) if acc is not None else ((lambda: 0), 1)
         next_sweep = time.monotonic() + 1.0
         try:
             while not self.stopping:
                 turn()
                 if mailbox.pending():
                     mailbox.drain()
+                if buffered() >= batch:
+                    acc.format_ready()    # access-log lines, formatted here (log.AccessLog)
                 now = self.now
                 if now >= next_sweep:
                     self.sweep()

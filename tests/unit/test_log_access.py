@@ -82,3 +82,21 @@ def test_timestamps_follow_the_records_across_seconds_and_many_slices():
     assert all(abs((b - a) - 0.01) < 2e-6 for a, b in zip(stamps, stamps[1:]))
     assert abs(stamps[0] - (before - (time.monotonic() - t0))) < 0.5
     assert lines[5]["duration_ms"] == 0.005
+
+
+def test_lines_formatted_by_the_reactor_and_by_the_writer_keep_record_order():
+    a = AccessLog()
+    a.format_ready()                          # no writer yet: nothing formatted, nothing lost
+    t0 = time.monotonic()
+    for i in range(AccessLog.BATCH + 3):
+        a.append((t0, ("GET", "/r%d" % i, 200, i, "hit"), 0.0))
+    out = io.StringIO()
+    w = AccessLogWriter([a], "json", out)
+    a.format_ready()                          # what the reactor does at the end of a turn
+    assert not a.buf and len(a.chunks) == 1 and out.getvalue() == ""   # written by the writer only
+    for i in range(AccessLog.BATCH + 3, AccessLog.BATCH + 10):
+        a.append((t0, ("GET", "/r%d" % i, 200, i, "hit"), 0.0))
+    w.flush()                                 # the chunk, then the records left
+    paths = [json.loads(l)["path"] for l in out.getvalue().splitlines()]
+    assert paths == ["/r%d" % i for i in range(AccessLog.BATCH + 10)]
+    assert not a.chunks and not a.buf
