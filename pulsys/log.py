@@ -40,19 +40,20 @@ def get_logger(component):
 
 
 class AccessLog:
-    """Per-reactor buffer of (t0, (method, target, status, bytes, outcome), seconds).
+    """Per-reactor buffer of access-log records: (t0, (method, target, status, bytes,
+    outcome), seconds) tuples, t0 on the monotonic clock, one per request of the general
+    step; and the text of a loop turn's fused hits, formatted at once (add_turn).
 
-    The reactor appends one tuple per request (t0 on the monotonic clock) and, at the
-    end of a loop turn that left at least BATCH of them, formats them itself
-    (format_ready: ~1.1-1.4 us a line, cache-warm and without a GIL hand-off) into one
-    text chunk; the writer thread only writes chunks, so a slow log reader never blocks
-    the reactor, and formats what is left of a quiet reactor's records once per
-    interval. Measured against the writer thread formatting every record (4 KiB hits,
-    64 connections, one CPU): docs/benchmarks.md, issue 18. If the writer falls behind,
-    the oldest records (more than `maxlen`) or chunks are dropped, never the reactor
-    slowed."""
+    The reactor appends and, at the end of a loop turn that left at least BATCH lines,
+    formats them itself (format_ready: ~1.1-1.4 us a record, cache-warm and without a GIL
+    hand-off) into one text chunk; the writer thread only writes chunks, so a slow log
+    reader never blocks the reactor, and formats what is left of a quiet reactor's
+    records once per interval. Measured against the writer thread formatting every
+    record (4 KiB hits, 64 connections, one CPU): docs/benchmarks.md, issue 18. If the
+    writer falls behind, the oldest records (more than `maxlen`) or chunks are dropped,
+    never the reactor slowed."""
 
-    __slots__ = ("buf", "append", "chunks", "lock", "lines")
+    __slots__ = ("buf", "append", "chunks", "lock", "lines", "turn", "held")
     BATCH = 256
 
     def __init__(self, maxlen=1 << 17):
@@ -61,6 +62,24 @@ class AccessLog:
         self.chunks = collections.deque(maxlen=max(1, maxlen // self.BATCH))
         self.lock = threading.Lock()   # records leave buf and enter chunks in order
         self.lines = None              # the formatter of the writer that drains this buffer
+        self.turn = None               # its formatter of a turn's fused hits
+        self.held = 0                  # lines in buf beyond one per item (turn texts)
+
+    def buffered(self):
+        """Lines waiting in buf (the reactor formats them once BATCH wait)."""
+        return len(self.buf) + self.held
+
+    def add_turn(self, answers, t0, took):
+        """The fused hits of one loop turn (warm.Answer each, `.log` its record's fixed
+        part), all begun at `t0` and sent `took` seconds later: one text for all of them,
+        in the buffer in request order with the records around it."""
+        turn = self.turn
+        if turn is None:       # no writer yet: records, as the general step leaves
+            for a in answers:
+                self.append((t0, a.log, took))
+            return
+        self.append(turn(answers, t0, took))
+        self.held += len(answers) - 1
 
     def format_ready(self):
         """Format every record buffered now into one chunk for the writer (the reactor's
@@ -70,6 +89,7 @@ class AccessLog:
             return
         with self.lock:
             text = lines(self.buf)
+            self.held = 0
             if text:
                 self.chunks.append(text)
 
@@ -81,6 +101,8 @@ _JSON_FIXED = '{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","dur
 _JSON_LINE = '%s%s,"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n'
 _CONSOLE_FIXED = ("bytes=%d cache=%s component=access duration_ms=", " method=%s path=%s status=%d\n")
 _CONSOLE_LINE = "%s.%06dZ [info     ] request                        %s%s%s"
+_JSON_TAIL = _JSON_LINE[2:]        # after the fixed part: duration, the rest, timestamp
+_CONSOLE_HEAD = _CONSOLE_LINE[:-6]  # before the fixed part: timestamp, level, event
 _FIXED_MEMO = 4096
 # Durations as text by whole microseconds below 2 ms (warm hits take a few hundred): an
 # index into strings made once at import costs less than float formatting (~0.2 us of a
@@ -108,12 +130,12 @@ class AccessLogWriter(threading.Thread):
         self.stream = stream or sys.stderr
         self.json = fmt == "json"
         self._halt = threading.Event()
-        self._sec = None
-        self._sec_text = ""
         self._memo = {}
         self._flush_lock = threading.Lock()   # flush() may also be called from outside
+        self._secpair = (None, "")  # (a second, its text): one attribute, set at once
         for b in buffers:
             b.lines = self.lines
+            b.turn = self.turn
 
     def run(self):
         while not self._halt.wait(self.interval):
@@ -145,15 +167,24 @@ class AccessLogWriter(threading.Thread):
         self._memo[key] = part
         return part
 
+    def _second(self, s):
+        pair = self._secpair
+        if pair[0] != s:
+            pair = self._secpair = (s, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s)))
+        return pair[1]
+
     def lines(self, buf):
         """The text of every record in `buf` (taken out of it), in order. Called with the
         buffer's lock held, by its reactor or by this thread."""
         offset = time.time() - time.monotonic()
         memo, fixed, js, out, durs = self._memo, self._fixed, self.json, [], _DURS
-        sec, sec_text = self._sec, self._sec_text
+        sec, sec_text = self._secpair
         pop = buf.popleft
         for _ in range(len(buf)):
             rec = pop()
+            if rec.__class__ is str:      # a turn's fused hits, formatted (turn)
+                out.append(rec)
+                continue
             key = rec[1]
             part = memo.get(key)
             if part is None:
@@ -161,15 +192,35 @@ class AccessLogWriter(threading.Thread):
             wall = rec[0] + offset
             s = int(wall)
             if s != sec:
-                sec, sec_text = s, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s))
+                sec, sec_text = s, self._second(s)
             us = int(rec[2] * 1e6 + 0.5)
             dur = durs[us] if us < len(durs) else "%d.%03d" % divmod(us, 1000)   # milliseconds
             if js:
                 out.append(_JSON_LINE % (part, dur, sec_text, int((wall - s) * 1e6)))
             else:
                 out.append(_CONSOLE_LINE % (sec_text, int((wall - s) * 1e6), part[0], dur, part[1]))
-        self._sec, self._sec_text = sec, sec_text
         return "".join(out)
+
+    def turn(self, answers, t0, took):
+        """The lines of one turn's fused hits: the same timestamp and duration for all,
+        so only each answer's fixed part differs (kept on the Answer); the JSON line ends
+        in that shared tail and the whole text is one str.join (~0.05 us a line against
+        ~1.1 for a line of its own). Called by the reactor, for its own Answers."""
+        wall = t0 + (time.time() - time.monotonic())
+        s = int(wall)
+        sec_text, usec = self._second(s), int((wall - s) * 1e6)
+        us = int(took * 1e6 + 0.5)
+        dur = _DURS[us] if us < len(_DURS) else "%d.%03d" % divmod(us, 1000)
+        parts = [a.logpart or self._logpart(a) for a in answers]
+        if self.json:
+            tail = _JSON_TAIL % (dur, sec_text, usec)
+            return tail.join(parts) + tail
+        head = _CONSOLE_HEAD % (sec_text, usec)
+        return "".join([head + p[0] + dur + p[1] for p in parts])
+
+    def _logpart(self, a):
+        part = a.logpart = self._memo.get(a.log) or self._fixed(a.log)
+        return part
 
     def stop(self):
         self._halt.set()

@@ -88,7 +88,8 @@ class Answer:
     valid while the index generation is `gen` and the clock is before `until`. Either
     `out` (head and body, all in memory) or `file` ((head, entry, plan) for a body read
     from the blob file) is set; neither means: take the general step."""
-    __slots__ = ("out", "file", "gen", "until", "auth", "blob", "dkey", "dcount", "fused", "log")
+    __slots__ = ("out", "size", "sqes", "file", "gen", "until", "auth", "blob", "dkey", "dcount", "fused",
+                 "log", "logpart")
 
     def __init__(self, gen, until):
         self.gen = gen
@@ -96,6 +97,7 @@ class Answer:
         self.out = None
         self.file = None
         self.dkey = None
+        self.logpart = None   # its access-log line's fixed text (log.AccessLogWriter.turn)
 
 
 def remember_answer(head, entry, gen, until):
@@ -112,10 +114,13 @@ def remember_answer(head, entry, gen, until):
     if plan.count:
         a.file = (head, entry, plan)
         a.dcount = plan.count   # body bytes of one answer, as the general step counts them
-        a.log = (head.method, head.target, plan.status, len(plan.head) + plan.count, "hit")
+        a.size = len(plan.head) + plan.count
+        a.sqes = 1              # the next recv (the answer goes out by send + sendfile)
+        a.log = (head.method, head.target, plan.status, a.size, "hit")
         return a
     a.out = out = plan.head + plan.body if plan.body else plan.head
-    n = len(out)
+    a.size = n = len(out)
+    a.sqes = 2              # its send and the next recv
     a.dcount = n            # bytes of one answer
     a.log = (head.method, head.target, plan.status, n, "hit")
     return a

@@ -87,10 +87,15 @@ class FusedHitRig:
             self.view.lookup(self.target, time.monotonic())
 
     def deliver(self):
+        """One recv completion, then the end of its turn (as UringReactor's turn)."""
         n = len(self.req)
         self.conn.rbuf[0:n] = self.req
         self.conn.inflight += 1
-        self.reactor._dispatch(self.tag, n, 0)
+        r = self.reactor
+        r.now = time.monotonic()
+        r._dispatch(self.tag, n, 0)
+        if r._turn_hits:
+            r.fold_hits()
 
     def close(self):
         for s in self.sockets:

@@ -89,6 +89,7 @@ class ReactorBase:
         self.limits = ConnectionLimits(max_connections, max_per_ip, self.counters)
         self.access_log = access_log   # the buffer an AccessLogWriter drains, or None
         self.access = access_log.append if access_log is not None else None
+        self.access_turn = access_log.add_turn if access_log is not None else None
         self.idle_timeout = idle_timeout
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
@@ -107,7 +108,7 @@ class ReactorBase:
         self.io_open()
         mailbox, turn = self.mailbox, self.io_turn
         acc = self.access_log
-        buffered, batch = (acc.buf.__len__, acc.BATCH) if acc is not None else ((lambda: 0), 1)
+        buffered, batch = (acc.buffered, acc.BATCH) if acc is not None else ((lambda: 0), 1)
         next_sweep = time.monotonic() + 1.0
         try:
             while not self.stopping:

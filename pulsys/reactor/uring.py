@@ -38,8 +38,8 @@ from pulsys.reactor.step import grow
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
 IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
 IBUF_SIZE = 16 * 1024
-_REQUESTS, _SQES, _BYTES, _FUSED, _ENTER = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED, M.FUSED_HEAD_BODY,
-                                           M.URING_ENTER)
+_REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
+                                                  M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
 _W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
@@ -71,6 +71,8 @@ class UringReactor(ReactorBase):
         self.zombies = {}
         self.family = self.listener.family
         self.answers = self.step.answers     # read per fused hit (one attribute, not two)
+        self._turn_hits = []                 # this turn's fused in-memory hits (fold_hits)
+        self._turn_hit = self._turn_hits.append
 
     # -- the I/O turn ------------------------------------------------------------------
 
@@ -88,6 +90,7 @@ class UringReactor(ReactorBase):
         # the turn runs once per loop pass: what it uses is bound here, once
         get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
         pending, dispatch, c = self.mailbox.pending, self._dispatch, self.counters
+        hits, fold = self._turn_hits, self.fold_hits
 
         def turn():
             get_events()
@@ -98,6 +101,8 @@ class UringReactor(ReactorBase):
                 wait(IDLE_WAIT)
             self.now = monotonic()
             reap(dispatch)
+            if hits:
+                fold()
             c[_ENTER] = ring.enters
         return turn
 
@@ -109,6 +114,7 @@ class UringReactor(ReactorBase):
         ep.register(wake, select.EPOLLIN)
         submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
         pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self._dispatch, self.counters
+        hits, fold = self._turn_hits, self.fold_hits
 
         def turn():
             submit()
@@ -122,6 +128,8 @@ class UringReactor(ReactorBase):
                     drain()
             self.now = monotonic()
             reap(dispatch)
+            if hits:
+                fold()
             c[_ENTER] = ring.enters
         return turn
 
@@ -343,9 +351,9 @@ class UringReactor(ReactorBase):
         and plan_warm)."""
         key = bytes(conn.rview[:n])
         a = self.answers.get(key)
-        t0 = monotonic()
-        if a is None or a.gen != self.genv[0] or t0 >= a.until:
-            a = self.step.remember(key, t0)
+        now = self.now
+        if a is None or a.gen != self.genv[0] or now >= a.until:
+            a = self.step.remember(key, now)
             if a is None:
                 return False
         out = a.out
@@ -355,27 +363,53 @@ class UringReactor(ReactorBase):
         if gate is not None and a.auth not in gate.verdicts:
             return False      # not accepted yet (or revoked): the general step checks it
         if out is None:
-            return self._hit_file(conn, a, t0)
+            return self._hit_file(conn, a, monotonic())
         fd = conn.fd
         self.ring.prep_send_recv(fd, out, (fd << 3) | OP_SEND, conn.rbuf, (fd << 3) | OP_RECV)
         conn.send_buf = out
         conn.recv_pending = True
         conn.inflight += 1
-        c = self.counters
-        c[_REQUESTS] += 1
-        c[_SQES] += 2
-        c[_BYTES] += len(out)
-        if a.fused:
-            c[_FUSED] += 1
-        self.book(a.blob, a.dkey, a.dcount, t0)
-        took = monotonic() - t0     # to the send queued on the ring (the fused hit's whole work)
-        # metrics.observe inlined (a call costs more than the rest of it); a fused hit takes
-        # a few microseconds, so nearly always the first bucket
-        c[_W_FIRST if took < _FIRST_BOUND else H_WARM + bisect_left(LATENCY_BOUNDS, took)] += 1
-        c[_W_SUM] += int(took * 1e6)
-        if self.access is not None:
-            self.access((t0, a.log, took))
+        self._turn_hit(a)     # counted and logged with the turn's others (fold_hits)
         return True
+
+    def fold_hits(self):
+        """Count and log the fused in-memory hits of this turn, in one pass at its end.
+
+        Their sends are all submitted by the next turn's first io_uring_enter, so they
+        share one time: each started when the turn began (`now`, taken once after the
+        wait, as nginx takes its clock once per event-loop pass: its `timer_resolution`
+        directive documents gettimeofday() "each time a kernel event is received") and
+        took until now, which is what the histogram and the access log record for each.
+        Per hit that leaves one list append (the counters, LRU time, per-repo downloads
+        and access-log record of the general step's book() and _finish() cost ~1.3 us,
+        the log line ~1.1 us more; here ~0.5 us for all of it: docs/benchmarks.md,
+        issue 18)."""
+        hits = self._turn_hits
+        now = self.now
+        took = monotonic() - now
+        n = len(hits)
+        nbytes = fused = cached = sqes = 0
+        served, d = self.served, self.downloads
+        for a in hits:
+            nbytes += a.size
+            sqes += a.sqes
+            fused += a.fused
+            if a.blob is not None:
+                cached += 1
+                served[a.blob] = now
+            if a.dkey is not None:
+                d[a.dkey] = d.get(a.dkey, 0) + a.dcount
+        c = self.counters
+        c[_REQUESTS] += n
+        c[_SQES] += sqes
+        c[_BYTES] += nbytes
+        c[_FUSED] += fused
+        c[_HITS] += cached
+        c[_W_FIRST if took < _FIRST_BOUND else H_WARM + bisect_left(LATENCY_BOUNDS, took)] += n
+        c[_W_SUM] += int(took * 1e6) * n
+        if self.access_turn is not None:
+            self.access_turn(hits, now, took)
+        hits.clear()
 
     def _hit_file(self, conn, a, t0):
         """A remembered answer whose body is read from the blob file (sizes above the
@@ -394,34 +428,33 @@ class UringReactor(ReactorBase):
         except OSError:
             return False
         out, off, left = plan.head, plan.offset, plan.count
-        c = self.counters
-        c[_REQUESTS] += 1
-        self.book(a.blob, a.dkey, a.dcount, t0)
         n = 0
         try:
             h = self.send_head(conn.sock, out, True)
             if h == len(out):
-                c[_FUSED] += 1
                 n = self.send_body(conn.fd, ffd, off, left if left < SEND_TURN else SEND_TURN)
         except _PEER_GONE:
             self.fdcache.release(path, ffd)
+            c = self.counters
+            c[_REQUESTS] += 1
+            self.book(a.blob, a.dkey, a.dcount, t0)
             c[M.PEER_RESETS] += 1
             self.close(conn)
             return True
         if n == left:
+            # all sent: counted and logged with the turn's other fused hits (fold_hits)
             self.fdcache.release(path, ffd)
             fd = conn.fd
             self.ring.prep_recv(fd, conn.rbuf, (fd << 3) | OP_RECV)
             conn.recv_pending = True
             conn.inflight += 1
-            c[_SQES] += 1
-            c[_BYTES] += h + n
-            took = monotonic() - t0
-            c[_W_FIRST if took < _FIRST_BOUND else H_WARM + bisect_left(LATENCY_BOUNDS, took)] += 1
-            c[_W_SUM] += int(took * 1e6)
-            if self.access is not None:
-                self.access((t0, a.log, took))
+            self._turn_hit(a)
             return True
+        c = self.counters
+        c[_REQUESTS] += 1
+        self.book(a.blob, a.dkey, a.dcount, t0)
+        if h == len(out):
+            c[_FUSED] += 1
         # the socket is full (or the file ended early: sendfile's -1, which the state
         # machine meets again and answers by closing)
         conn.head, conn.t0, conn.close_after = head, t0, False

@@ -34,6 +34,7 @@ def test_fused_hit_serves_accepted_keys_and_leaves_revoked_ones_to_the_general_s
         assert len(r.step.heads) == 1
         arrive()
         assert r._hit(conn, len(req)) is True                              # remembered: the fused path
+        r.fold_hits()                                             # the end of its turn
         assert ring.sent[-1].startswith(b"HTTP/1.1 200 OK\r\n") and r.counters[M.CACHE_HITS] == 2
 
         gate.load({})                                             # the key is revoked

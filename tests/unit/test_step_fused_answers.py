@@ -177,7 +177,7 @@ def test_fused_file_hit_the_socket_cannot_take_goes_on_in_the_state_machine(rig)
     body, polls = _fused_file(rig, 8 << 20)        # far more than a socket buffer holds
     r, conn, peer = rig.reactor, rig.conn, rig.sockets[2]
     log = AccessLog()
-    r.access = log.append
+    r.access, r.access_turn = log.append, log.add_turn
     for expect_fused in (False, True):
         rig.conn.plan.head = b""
         rig.deliver()
@@ -203,7 +203,7 @@ def test_fused_file_hit_whole_in_one_go_logs_and_counts_like_the_general_step(ri
     body, polls = _fused_file(rig, 100_000)
     r, peer = rig.reactor, rig.sockets[2]
     log = AccessLog()
-    r.access = log.append
+    r.access, r.access_turn = log.append, log.add_turn
     sizes = []
     for _ in range(2):
         rig.deliver()
@@ -227,3 +227,38 @@ def test_fused_file_hit_to_a_peer_that_is_gone_closes_only_that_connection(rig):
     rig.deliver()                                   # fused: the send meets a closed peer
     assert r.counters[M.PEER_RESETS] == resets + 1 and rig.conn.state == CLOSED
     assert all(refs == 0 for _, refs in r.fdcache._fds.values())
+
+
+def test_a_turn_of_fused_hits_is_counted_like_the_general_step(rig):
+    """The general step books a hit and its GET; the fused hits of a turn are folded at
+    its end (UringReactor.fold_hits) into the same counters, LRU time and per-repo
+    downloads: one download and the answer's bytes each."""
+    from pulsys.cache.downloads import BYTES, ONE
+    from pulsys.log import AccessLog, AccessLogWriter
+    r, conn = rig.reactor, rig.conn
+    general, fused = served(rig)
+    assert not fused
+    log = AccessLog()
+    AccessLogWriter([log], "json", None)
+    r.access, r.access_turn = log.append, log.add_turn
+    r.downloads.clear()
+    before = list(r.counters)
+    n = 5
+    r.now = time.monotonic()
+    for _ in range(n):                  # five connections' recvs in one turn
+        conn.rbuf[0:len(GET)] = GET
+        conn.rstart = conn.rend = 0
+        conn.recv_pending = False
+        assert r._hit(conn, len(GET)) is True
+    assert r.counters == before         # nothing counted until the turn ends
+    r.fold_hits()
+    d = [a - b for a, b in zip(r.counters, before)]
+    size = len(rig.ring.sent[-1])
+    assert size == len(general)
+    assert d[M.REQUESTS] == d[M.CACHE_HITS] == d[M.FUSED_HEAD_BODY] == n
+    assert d[M.BYTES_SERVED] == n * size and d[M.URING_SQES] == 2 * n
+    assert sum(d[M.H_WARM:M.H_WARM_SUM]) == n
+    (tally,) = r.downloads.values()
+    assert tally // ONE == n and tally & BYTES == n * size
+    assert r.served == {"sha256/" + SHA: r.now}
+    assert log.buffered() == n and len(log.buf) == 1 and not r._turn_hits
