@@ -49,6 +49,8 @@ def render(h):
         qv = (c.get("peer") or {}).get(metric)
         ratio = c.get("ratio")
         ratio_s = "–" if ratio is None else ("%s×" % ratio if isinstance(ratio, str) else "%.2f×" % ratio)
+        if c.get("round_ratio_median") is not None:
+            ratio_s += ", %.2f× within rounds" % c["round_ratio_median"]
         if c.get("cpu_ratio") is not None:
             ratio_s += " (CPU/GB %.2f×)" % c["cpu_ratio"]
         verdict = {True: "met", False: "not met", None: "not measured"}[c.get("met")]

@@ -199,6 +199,30 @@ def test_headline_compares_pulsys_with_the_better_nginx_and_olah():
     assert "| pulsys portable |" in md and "not met" in md and "pulsys/iouring" in md
 
 
+def test_a_target_is_met_only_when_the_rounds_agree_with_the_medians():
+    """2026-12-04's 4 KiB c16 cells, round by round: one slow round for nginx made the
+    ratio of medians 1.48x while pulsys was behind in two rounds of three."""
+    doc = synthetic_run()
+    K = 1024
+    rounds = {"pulsys": [46169, 33864, 9406], "tcp_nopush_on": [22934, 49833, 16798],
+              "tcp_nopush_off": [20000, 16871, 15000]}
+    for name, rps in rounds.items():
+        server, variant = ("pulsys", "portable") if name == "pulsys" else ("nginx-static", name)
+        for i, x in enumerate(rps):
+            r = _median(server, variant, 4 * K, 16, x)
+            r["round"] = i + 1
+            doc["rows"].append(r)
+        for m in doc["medians"]:
+            if (m["server"], m["variant"], m["size"], m["concurrency"]) == (server, variant, 4 * K, 16):
+                m["req_per_s"] = sorted(rps)[1]
+    c = {x["id"]: x for x in render_bench.compute_headline(doc, "s")["comparisons"]}["4k_c16_req_per_s"]
+    assert c["peer"]["variant"] == "tcp_nopush_on" and c["ratio"] == round(33864 / 22934, 3)
+    assert c["round_ratios"] == [0.56, 0.68, 2.013] and c["round_ratio_median"] == 0.68
+    assert c["met"] is False and "within rounds 0.56, 0.68, 2.01 (median 0.68x)" in c["why"]
+    headline = update_readme_headline.render(render_bench.compute_headline(doc, "s"))
+    assert "1.48×, 0.68× within rounds" in headline
+
+
 def test_headline_when_a_peer_is_missing():
     doc = synthetic_run()
     doc["medians"] = [m for m in doc["medians"] if m["server"] != "olah"]
