@@ -110,6 +110,7 @@ _FIXED_MEMO = 4096
 # flat under load (tests/floors: a memo that filled as durations came grew it by ~150 KB
 # per 10,000 hits on a busy machine). 2,000 strings, ~110 KB, shared by forked workers.
 _DURS = tuple("%d.%03d" % divmod(us, 1000) for us in range(2000))
+_NDURS = len(_DURS)
 
 
 class AccessLogWriter(threading.Thread):
@@ -133,6 +134,7 @@ class AccessLogWriter(threading.Thread):
         self._memo = {}
         self._flush_lock = threading.Lock()   # flush() may also be called from outside
         self._secpair = (None, "")  # (a second, its text): one attribute, set at once
+        self._clock = (0.0, 0.0)    # (monotonic time to read it again, wall minus monotonic)
         for b in buffers:
             b.lines = self.lines
             b.turn = self.turn
@@ -206,16 +208,23 @@ class AccessLogWriter(threading.Thread):
         so only each answer's fixed part differs (kept on the Answer); the JSON line ends
         in that shared tail and the whole text is one str.join (~0.05 us a line against
         ~1.1 for a line of its own). Called by the reactor, for its own Answers."""
-        wall = t0 + (time.time() - time.monotonic())
+        until, off = self._clock
+        if t0 >= until:     # the wall clock's offset from the monotonic one, read once a second
+            off = time.time() - time.monotonic()
+            self._clock = (t0 + 1.0, off)
+        wall = t0 + off
         s = int(wall)
-        sec_text, usec = self._second(s), int((wall - s) * 1e6)
+        pair = self._secpair
+        if pair[0] != s:
+            self._second(s)
+            pair = self._secpair
         us = int(took * 1e6 + 0.5)
-        dur = _DURS[us] if us < len(_DURS) else "%d.%03d" % divmod(us, 1000)
+        dur = _DURS[us] if us < _NDURS else "%d.%03d" % divmod(us, 1000)
         parts = [a.logpart or self._logpart(a) for a in answers]
         if self.json:
-            tail = _JSON_TAIL % (dur, sec_text, usec)
+            tail = _JSON_TAIL % (dur, pair[1], int((wall - s) * 1e6))
             return tail.join(parts) + tail
-        head = _CONSOLE_HEAD % (sec_text, usec)
+        head = _CONSOLE_HEAD % (pair[1], int((wall - s) * 1e6))
         return "".join([head + p[0] + dur + p[1] for p in parts])
 
     def _logpart(self, a):
