@@ -171,8 +171,9 @@ class _Base:
         return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
 
     def _announce_first_key(self):
-        """A first start with --auth required: the new admin key, once, on stdout."""
-        if self.plane.first_key:
+        """A first start with --auth required: the new admin key, made now that every
+        socket is bound, once, on stdout."""
+        if self.plane.make_first_key():
             sys.stdout.write(first_start_banner(self.plane.first_key, self.endpoint()))
             sys.stdout.flush()
 

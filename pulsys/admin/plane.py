@@ -2,7 +2,7 @@
 
     plane = AdminPlane(config)     # opens and migrates the store (raises DatabaseError), keys,
                                    # the key Gate (plane.data_gate: what reactors check, or None
-                                   # with --auth off), plane.first_key on a first start
+                                   # with --auth off); plane.make_first_key() once every socket is bound
     cache = CachePlane(plane.db, index, store, space, ...)   # once the upstream plane exists:
                                    # per-repo downloads, the stats saver, the throughput
                                    # history's sampler, pre-warm jobs, purge
@@ -35,7 +35,8 @@ class AdminPlane:
             # keys that carry their owner's Hub token (ADR 0017): sealed with this secret
             self.keys_carry_tokens = config.upstream_auth == "client" and config.auth == "required"
             self.keys = KeyService(self.db, sealer=open_sealer(config.token_secret_file, self.keys_carry_tokens))
-            self.first_key = self.keys.ensure_first_key() if config.auth == "required" else None
+            self.auth_required = config.auth == "required"
+            self.first_key = None   # made by make_first_key, once the server listens
             self.gate = Gate()
             self.sync = KeySync(self.keys, self.gate)
             self.sync.refresh(force=True)
@@ -44,6 +45,19 @@ class AdminPlane:
             raise
         self.data_gate = self.gate if config.auth == "required" else None
         self.db_description = describe(config.db)
+
+    def make_first_key(self):
+        """On a store that never had a key, with --auth required: create the admin key
+        (-> self.first_key) and load it at once, into the Gate and, through the sync's
+        publish, the workers. Called after every socket is bound: a first start that
+        fails before (a port in use) leaves no key behind, so the next start makes and
+        shows one (before, it made the key first and the failed start lost it: the next
+        start saw a key and showed none)."""
+        if self.auth_required and self.first_key is None:
+            self.first_key = self.keys.ensure_first_key()
+            if self.first_key:
+                self.sync.refresh()
+        return self.first_key
 
     def start(self, publish=None):
         """Keep the Gate in step with the store; `publish(table)` also sends each new key

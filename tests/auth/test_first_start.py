@@ -72,6 +72,37 @@ def test_first_start_prints_an_admin_key_once(hub, tmp_path, listeners):
         again.stop()
 
 
+@pytest.mark.parametrize("taken", ["listen", "admin-listen"])
+def test_a_first_start_that_cannot_bind_leaves_the_key_to_the_next_start(hub, tmp_path, taken):
+    """A port in use ends the first start with an error; the key is made only once every
+    socket is bound, so the next start still is a first start and shows one that works."""
+    import socket
+    hub.add_repo("org/m", files={"w.safetensors": b"w" * 5000}, lfs={"w.safetensors"})
+    cache = tmp_path / "cache"
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    ports = {"listen": "127.0.0.1:0", "admin-listen": "127.0.0.1:0"}
+    ports[taken] = "127.0.0.1:%d" % held.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSYS_", "HF_"))}
+    try:
+        p = subprocess.run([sys.executable, "-m", "pulsys", "--listen", ports["listen"],
+                            "--admin-listen", ports["admin-listen"], "--upstream", hub.url,
+                            "--allow-upstream-host", hub.cdn_netloc, "--cache-dir", str(cache)],
+                           cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    finally:
+        held.close()
+    assert p.returncode != 0 and p.stdout == "" and "Traceback" not in p.stderr
+    assert "in use" in p.stderr.lower()
+    run = Run(hub, cache, tmp_path, 1, 1)
+    try:
+        (endpoint, key), = EXPORTS.findall(run.out.read_text())
+        st, _, body = call(run.url + "/org/m/resolve/main/w.safetensors", key=key)
+        assert st == 200 and body == b"w" * 5000
+    finally:
+        run.stop()
+
+
 def test_auth_off_makes_no_key(hub, tmp_path):
     hub.add_repo("org/m", files={"w.safetensors": b"w" * 10}, lfs={"w.safetensors"})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSYS_", "HF_"))}
