@@ -124,6 +124,10 @@ class _Base:
         self._stop = threading.Event()
         self.failed = False
         self.fail_message = None
+        # every socket is bound now: a first start that got this far shows its key (and
+        # one that failed before made none, so the next start is a first start again);
+        # before anything serves, so /healthz never answers ahead of the banner
+        self._announce_first_key()
 
     @staticmethod
     def _xet_tokens(config):
@@ -268,7 +272,6 @@ class Server(_Base):
             self.shared.start()
         if self.admin is not None:
             self.admin.start()
-        self._announce_first_key()
         self._log_started()
         return self
 
@@ -349,7 +352,6 @@ class ProcessServer(_Base):
             self.shared.start()
         if self.admin is not None:
             self.admin.start()
-        self._announce_first_key()
         self._log_started(workers=[s.proc.pid for s in self.supervisor.slots])
         return self
 
