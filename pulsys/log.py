@@ -214,17 +214,14 @@ class AccessLogWriter(threading.Thread):
             self._clock = (t0 + 1.0, off)
         wall = t0 + off
         s = int(wall)
-        pair = self._secpair
-        if pair[0] != s:
-            self._second(s)
-            pair = self._secpair
+        sec_text, usec = self._second(s), int((wall - s) * 1e6)
         us = int(took * 1e6 + 0.5)
         dur = _DURS[us] if us < _NDURS else "%d.%03d" % divmod(us, 1000)
         parts = [a.logpart or self._logpart(a) for a in answers]
         if self.json:
-            tail = _JSON_TAIL % (dur, pair[1], int((wall - s) * 1e6))
+            tail = _JSON_TAIL % (dur, sec_text, usec)
             return tail.join(parts) + tail
-        head = _CONSOLE_HEAD % (pair[1], int((wall - s) * 1e6))
+        head = _CONSOLE_HEAD % (sec_text, usec)
         return "".join([head + p[0] + dur + p[1] for p in parts])
 
     def _logpart(self, a):

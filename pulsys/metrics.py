@@ -124,10 +124,11 @@ WIDTH = HIST + len(ROUTE_KINDS) * _PER_KIND     # length of a counter list
 H_WARM_SUM = H_WARM + _PER_KIND - 1     # warm hits' summed microseconds (the fused hit's own observe)
 
 
-def observe(c, base, seconds, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):
-    """Count one request of the kind at `base` (H_WARM, H_COLD or H_API) in list c."""
-    c[base + _bisect(_bounds, seconds)] += 1
-    c[base + _sum] += int(seconds * 1e6)
+def observe(c, base, seconds, n=1, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):
+    """Count `n` requests of the kind at `base` (H_WARM, H_COLD or H_API) that each took
+    `seconds`, in list c."""
+    c[base + _bisect(_bounds, seconds)] += n
+    c[base + _sum] += int(seconds * 1e6) * n
 
 
 def histograms(lists):

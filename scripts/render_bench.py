@@ -17,6 +17,7 @@ import datetime
 import glob
 import json
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,9 +73,10 @@ def paired(doc, backend, q, metric):
     """pulsys's `metric` over the peer row `q`'s, round by round (the same round of the
     same run: both measured minutes apart, in the order the round rotated), and the same
     for server CPU per GB; -> (ratios, cpu ratios), each sorted, [] without rows."""
-    cell = lambda server, variant: {r["round"]: r for r in doc.get("rows", [])  # noqa: E731
-                                    if (r["server"], r["variant"], r["size"], r["concurrency"])
-                                    == (server, variant, q["size"], q["concurrency"])}
+    def cell(server, variant):
+        return {r["round"]: r for r in doc.get("rows", [])
+                if (r["server"], r["variant"], r["size"], r["concurrency"])
+                == (server, variant, q["size"], q["concurrency"])}
     mine, theirs = cell("pulsys", backend), cell(q["server"], q["variant"])
     ratios, cpu = [], []
     for rnd in sorted(set(mine) & set(theirs)):
@@ -87,8 +89,7 @@ def paired(doc, backend, q, metric):
 
 
 def _median(xs):
-    n = len(xs)
-    return None if not n else (xs[n // 2] if n % 2 else round((xs[n // 2 - 1] + xs[n // 2]) / 2, 3))
+    return round(statistics.median(xs), 3) if xs else None
 
 
 def compare(doc, backend):

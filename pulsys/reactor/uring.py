@@ -25,11 +25,10 @@ socket as in the portable backend, with a POLL_ADD on the ring when the socket i
 import errno
 import select
 import socket
-from bisect import bisect_left
 from time import monotonic
 
 from pulsys import metrics as M
-from pulsys.metrics import H_WARM, H_WARM_SUM, LATENCY_BOUNDS
+from pulsys.metrics import H_WARM
 from pulsys.platform.uring import CQE_F_MORE, LINK_QUIET, MSG_WAITALL, Ring
 from pulsys.reactor.base import _PEER_GONE, DONE_SEND, SEND_TURN, WAITING, ReactorBase
 from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, Conn, close_socket
@@ -40,7 +39,6 @@ IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a s
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
                                                   M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
-_W_FIRST, _W_SUM, _FIRST_BOUND = H_WARM, H_WARM_SUM, LATENCY_BOUNDS[0]
 
 
 class UringConn(Conn):
@@ -405,8 +403,7 @@ class UringReactor(ReactorBase):
         c[_BYTES] += nbytes
         c[_FUSED] += fused
         c[_HITS] += cached
-        c[_W_FIRST if took < _FIRST_BOUND else H_WARM + bisect_left(LATENCY_BOUNDS, took)] += n
-        c[_W_SUM] += int(took * 1e6) * n
+        M.observe(c, H_WARM, took, n)
         if self.access_turn is not None:
             self.access_turn(hits, now, took)
         hits.clear()
