@@ -45,6 +45,11 @@ from pulsys.upstream.xet_tokens import XetTokens, derive_key
 from pulsys.upstream.shared_tier import SharedStoreError, open_tier
 from pulsys.workers import Supervisor, WorkerError
 
+# How long a key change waits for every worker to apply it (WorkerLinks.wait_keys): a
+# worker applies a table in well under a millisecond when idle; a worker still behind
+# after this is stuck or dying, and the supervisor's health checks deal with it.
+KEYS_WAIT = 1.0
+
 
 def _fail(msg):
     sys.stderr.write("pulsys: error: %s\n" % msg)
@@ -316,10 +321,20 @@ class ProcessServer(_Base):
                                      forks=forks)
 
     def _key_table(self):
-        return self.plane.gate.table
+        """-> (generation, table): the keys a new worker loads before it serves."""
+        gen = self.plane.sync.generation      # read before the table: never newer than it
+        return gen, self.plane.gate.table
 
-    def _publish_keys(self, table):
-        self.links.broadcast(KeysFrame(table))
+    def _publish_keys(self, table, generation):
+        """Send a new key table to every worker and wait until each enforces it (bounded
+        by KEYS_WAIT), so a key the admin API created or revoked is in force on every
+        listener when the API answers (docs/decisions/0009)."""
+        self.links.broadcast(KeysFrame(table, generation))
+        if generation is not None:
+            behind = self.links.wait_keys(generation, KEYS_WAIT)
+            if behind:
+                self.log.warning("workers have not applied the new keys yet", workers=behind,
+                                 generation=generation, waited=KEYS_WAIT)
 
     def _drop_fds(self, paths):
         self.links.broadcast(DropFdsFrame(paths))

@@ -10,9 +10,9 @@ reactor thread, in the reactor's reply path).
     op            type            fields
     parent -> worker
       HELLO 0     HelloFrame      worker_no, config, facts       first frame, once
-      KEYS 110    KeysFrame       table: the active API keys {id: (digest, scope)}, or None
-                                  with --auth off: right after HELLO, then on every change
-                                  (ADR 0009)
+      KEYS 110    KeysFrame       table, generation: the active API keys {id: (digest, scope)},
+                                  or None with --auth off, and the store's key generation they
+                                  are: right after HELLO, then on every change (ADR 0009)
       DROP_FDS 101 DropFdsFrame   paths: broadcast after an eviction unlinked these blobs
       REPLY 3     ReplyFrame      job_id, entry, outcome, fill: None or a FillSnapshot
                                   (token, blob_id, size, part_path, spans, busy, state,
@@ -28,6 +28,8 @@ reactor thread, in the reactor's reply path).
                                   file, per key (cache/downloads.py)
       DEMAND 8    DemandFrame     token, offset: a reader waits where no fetcher is headed
                                   (Fill.demand)
+      KEYS_APPLIED 111 KeysAppliedFrame generation: the worker's Gate now holds that KEYS
+                                  table (the parent's key change waits for it: ADR 0009)
 
 `spans` and `busy` are a Fill's byte spans on disk and pieces being fetched
 (cache.inflight); the worker's copy of the Fill takes them whole. `entry` is set when
@@ -77,6 +79,7 @@ class Op(enum.IntEnum):
     DROP_FDS = 101      # evictions (docs/decisions/0008)
     DOWNLOADS = 102     # per-repo downloads since the last report (cache/downloads.py)
     KEYS = 110          # API keys for the worker's Gate (docs/decisions/0009)
+    KEYS_APPLIED = 111  # the worker loaded a KEYS table (docs/decisions/0009)
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -93,9 +96,16 @@ class HelloFrame(NamedTuple):
 
 class KeysFrame(NamedTuple):
     """parent -> worker, the second frame and on every change: {id: (digest, scope)},
-    or None with --auth off."""
+    or None with --auth off; `generation` the store's key generation of that table."""
     table: Any
+    generation: Any = None
     op = Op.KEYS
+
+
+class KeysAppliedFrame(NamedTuple):
+    """worker -> parent: its Gate has loaded the KEYS table of `generation`."""
+    generation: Any
+    op = Op.KEYS_APPLIED
 
 
 class ReadyFrame(NamedTuple):
@@ -186,9 +196,9 @@ class UnknownFrame(NamedTuple):
     fields: tuple
 
 
-FRAMES = {t.op: t for t in (HelloFrame, KeysFrame, ReadyFrame, JobFrame, ReplyFrame,
-                            ProgressFrame, DemandFrame, ServedFrame, DownloadsFrame,
-                            DropFdsFrame)}
+FRAMES = {t.op: t for t in (HelloFrame, KeysFrame, KeysAppliedFrame, ReadyFrame, JobFrame,
+                            ReplyFrame, ProgressFrame, DemandFrame, ServedFrame,
+                            DownloadsFrame, DropFdsFrame)}
 assert set(FRAMES) == set(Op), "every Op needs exactly one frame type"
 _FRAME_TYPES = frozenset(FRAMES.values())
 
@@ -360,19 +370,44 @@ class Link:
 
 
 class WorkerLinks:
-    """The links of the live workers; broadcast() sends one frame to each."""
+    """The links of the live workers; broadcast() sends one frame to each. Each link
+    also has the key generation its worker has applied (KEYS_APPLIED frames), so a key
+    change can wait until every live worker enforces it (wait_keys)."""
 
     def __init__(self):
         self.links = ()
         self._lock = threading.Lock()
+        self._keys = {}                     # link -> key generation its worker applied
+        self._applied = threading.Condition(self._lock)
 
-    def add(self, link):
+    def add(self, link, generation=None):
+        """`generation`: the keys the worker loads before it serves (its second frame)."""
         with self._lock:
             self.links = self.links + (link,)
+            self._keys[link] = generation
 
     def remove(self, link):
         with self._lock:
             self.links = tuple(x for x in self.links if x is not link)
+            self._keys.pop(link, None)
+            self._applied.notify_all()
+
+    def keys_applied(self, link, generation):
+        """A worker's KEYS_APPLIED: it now enforces the keys of `generation`."""
+        with self._lock:
+            if link in self._keys:
+                self._keys[link] = generation
+                self._applied.notify_all()
+
+    def wait_keys(self, generation, timeout):
+        """Wait until every live worker has applied key generation `generation` (or a
+        later one), at most `timeout` seconds. -> the number of workers still behind."""
+        def behind():
+            return sum(1 for link, g in self._keys.items()
+                       if not link.broken and (g is None or g < generation))
+        with self._lock:
+            self._applied.wait_for(lambda: behind() == 0, timeout)
+            return behind()
 
     def broadcast(self, msg):
         """`msg` is a frame object (KeysFrame, DropFdsFrame)."""
@@ -492,10 +527,12 @@ def _drop(msg):
     pass
 
 
-def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=None):
+def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=None,
+                 on_keys_applied=None):
     """Parent reader loop for one worker link: JOB frames become pool Jobs, DEMAND frames
     go to the relays, READY to on_ready(ReadyFrame), SERVED and DOWNLOADS reports to
-    on_served(items) and on_downloads(items). Returns at EOF."""
+    on_served(items) and on_downloads(items), KEYS_APPLIED to on_keys_applied(generation).
+    Returns at EOF."""
     def job(m):
         j = Job(m.target, m.method, m.host, m.body, m.content_type,
                 RemoteReply(relays, link, m.job_id), m.auth)
@@ -508,6 +545,8 @@ def serve_worker(link, submit, relays, on_ready, on_served=None, on_downloads=No
         Op.READY: on_ready,
         Op.SERVED: (lambda m: on_served(m.items)) if on_served is not None else _drop,
         Op.DOWNLOADS: (lambda m: on_downloads(m.items)) if on_downloads is not None else _drop,
+        Op.KEYS_APPLIED: ((lambda m: on_keys_applied(m.generation)) if on_keys_applied is not None
+                          else _drop),
     }
     unhandled = _Unhandled(get_logger("ipc"), "parent")
     while True:
@@ -617,6 +656,9 @@ class ParentClient:
     def _on_keys(self, m):
         if self.on_keys is not None and m.table is not None:
             self.on_keys(m.table)
+            # straight to the link, not behind queued JOB frames: the parent's key change
+            # is waiting for this (WorkerLinks.wait_keys)
+            self.link.send(KeysAppliedFrame(m.generation))
 
     def _demander(self, token):
         def on_demand(_fill, offset):

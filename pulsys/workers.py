@@ -271,7 +271,7 @@ class Supervisor:
         self.forks = forks
         self.on_served = on_served        # fn([(blob id, time)]): workers' warm hits (Space)
         self.on_downloads = on_downloads  # fn([(cache key, packed)]): per-repo stats (Downloads)
-        self.key_table = key_table        # fn() -> the active API keys, or None: --auth off
+        self.key_table = key_table        # fn() -> (generation, active API keys), or None: --auth off
         self.config = config
         self.facts = facts
         self.links = links
@@ -299,11 +299,12 @@ class Supervisor:
         # HELLO is the first frame; registering under the link's lock makes every
         # broadcast (keys, evicted blobs) from now on follow it, so the worker misses none.
         with link.lock:
-            self.links.add(link)
+            # the keys in force now (the worker loads them before it serves); later
+            # changes are broadcast to every link (ADR 0009)
+            gen, keys = self.key_table() if self.key_table is not None else (None, None)
+            self.links.add(link, gen)
             link.send_frame_locked(ipc.encode(ipc.HelloFrame(slot.no, self.config, self.facts)))
-            # the keys in force now; later changes are broadcast to every link (ADR 0009)
-            keys = self.key_table() if self.key_table is not None else None
-            link.send_frame_locked(ipc.encode(ipc.KeysFrame(keys)))
+            link.send_frame_locked(ipc.encode(ipc.KeysFrame(keys, gen)))
         fds = (csock.fileno(), slot.listener.fileno(), self.table.fileno())
         try:
             proc = self._start_process(fds, slot.no)
@@ -337,7 +338,8 @@ class Supervisor:
                          "index_entries_at_start": msg.index_entries}
             slot.ready.set()
         try:
-            ipc.serve_worker(link, self.submit, self.relays, on_ready, self.on_served, self.on_downloads)
+            ipc.serve_worker(link, self.submit, self.relays, on_ready, self.on_served, self.on_downloads,
+                             on_keys_applied=lambda gen: self.links.keys_applied(link, gen))
         except Exception:
             self.log.exception("worker link failed", worker=slot.no)
         finally:

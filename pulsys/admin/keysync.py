@@ -1,9 +1,10 @@
 """Keeps a process's key Gate, and its workers', equal to the store's active keys.
 
 refresh() reads the `keys` generation counter and, when it moved, the active keys, then
-loads them into the Gate and hands them to `publish` (the parent broadcasts them to
-its worker processes). The admin API calls refresh() right after it changes a key, so
-a revocation made there reaches every local process within milliseconds; the thread
+loads them into the Gate and hands them to `publish(table, generation)` (the parent
+broadcasts them to its worker processes and waits, bounded, until each has applied
+them). The admin API calls refresh() right after it changes a key, so when it answers,
+the change is in force in every local process; the thread
 polls every `interval` seconds for changes made elsewhere (another pulsys on the same
 Postgres, `pulsys keys` on the store). Why this design: docs/decisions/0009.
 
@@ -42,11 +43,11 @@ class KeySync:
             self.gate.load(table)
             self.generation = gen
             if self.publish is not None:
-                self.publish(table)
+                self.publish(table, gen)
             return True
 
     def start(self, publish=None):
-        """Poll the store in a thread; each new table also goes to `publish`."""
+        """Poll the store in a thread; each new table also goes to `publish(table, generation)`."""
         self.publish = publish
         self._thread = threading.Thread(target=self._run, name="pulsys-keysync", daemon=True)
         self._thread.start()

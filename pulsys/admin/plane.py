@@ -7,7 +7,7 @@
                                    # per-repo downloads, the stats saver, the throughput
                                    # history's sampler, pre-warm jobs, purge
     api = AdminApi(plane.keys, plane.gate, plane.sync, cache, vars_fn)   # admin/api.py
-    plane.start(publish); cache.start()      # publish(table): send key changes to workers
+    plane.start(publish); cache.start()      # publish(table, generation): key changes to workers
     cache.history.stop()           # while the counters can still be read
     cache.stop_jobs() ... cache.stop(); plane.stop()
 """
@@ -60,10 +60,11 @@ class AdminPlane:
         return self.first_key
 
     def start(self, publish=None):
-        """Keep the Gate in step with the store; `publish(table)` also sends each new key
-        table to the workers (first the current one)."""
+        """Keep the Gate in step with the store; `publish(table, generation)` also sends each
+        new key table to the workers (first the current one)."""
         if publish is not None:
-            publish(self.gate.table)
+            gen = self.sync.generation      # read before the table: never newer than it
+            publish(self.gate.table, gen)
         self.sync.start(publish)
         return self
 

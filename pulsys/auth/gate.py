@@ -18,8 +18,11 @@ so random tokens cannot grow memory. Who loads the table, and how fast a revocat
 reaches every process: docs/decisions/0009.
 
 Threads: load() runs on a refresher or IPC thread while reactors read. It assigns the
-table before the verdicts, so a reader that sees the new verdicts also sees the new
-table; a verdict computed from the old table lands in the old, discarded dict.
+table before the verdicts, and check() takes both answer dicts before it reads the
+table, so a check that holds the new dicts also reads the new table, and a verdict
+computed from the old table lands in an old, discarded dict. (Reading self.verdicts
+again after the table lookup would put a revoked key's verdict into the new dict,
+where it would stay: tests/unit/test_auth.py.)
 """
 
 import functools
@@ -84,10 +87,11 @@ class Gate:
         """-> (scope, repo patterns or None) for an accepted header value, else None; the
         patterns in one answer with the scope, so a load() between two calls cannot pair
         a limited key with no limits."""
-        s = self.verdicts.get(header)
+        verdicts, limited = self.verdicts, self.limited     # both before the table
+        s = verdicts.get(header)
         if s is not None:
             return s, None
-        found = self.limited.get(header)
+        found = limited.get(header)
         if found is not None:
             return found
         key = bearer(header)
@@ -96,8 +100,8 @@ class Gate:
         if row is None or not matches(key, row[0]):
             return None
         if row[2] is not None:
-            return _remember(self.limited, header, (row[1], row[2]))
-        _remember(self.verdicts, header, row[1])
+            return _remember(limited, header, (row[1], row[2]))
+        _remember(verdicts, header, row[1])
         return row[1], None
 
     @staticmethod

@@ -42,7 +42,8 @@ def target():
 
 SAMPLES = {
     ipc.Op.HELLO: ipc.HelloFrame(3, {"cache_dir": "/c"}, {"kernel": (6, 1)}),
-    ipc.Op.KEYS: ipc.KeysFrame({"k1": ("d" * 64, "read")}),
+    ipc.Op.KEYS: ipc.KeysFrame({"k1": ("d" * 64, "read")}, 4),
+    ipc.Op.KEYS_APPLIED: ipc.KeysAppliedFrame(4),
     ipc.Op.READY: ipc.ReadyFrame(1234, "epoll", "sendfile", 17),
     ipc.Op.JOB: ipc.JobFrame(5, target(), "POST", "hub.local", b"{}", "application/json", "Bearer hf_x"),
     ipc.Op.REPLY: ipc.ReplyFrame(5, None, "fill", ipc.FillSnapshot(
@@ -65,7 +66,7 @@ def comparable(msg):
 def test_every_op_has_exactly_one_frame_type_and_round_trips_through_a_link():
     assert set(ipc.FRAMES) == set(ipc.Op) == set(SAMPLES)
     assert len(set(ipc.FRAMES.values())) == len(ipc.Op)
-    assert [int(op) for op in ipc.Op] == [0, 1, 2, 3, 7, 8, 100, 101, 102, 110]
+    assert [int(op) for op in ipc.Op] == [0, 1, 2, 3, 7, 8, 100, 101, 102, 110, 111]
     parent, worker = pair()
     for op, msg in SAMPLES.items():
         kind = ipc.FRAMES[op]
@@ -256,8 +257,9 @@ def test_a_worker_ignores_unknown_opcodes_and_handles_the_next_frame():
         parent.send_frame(raw_frame((250, "y")))
         parent.send(ipc.DemandFrame(1, 2))            # a worker -> parent frame: no handler here
         parent.send(ipc.KeysFrame(None))              # --auth off: nothing to load
-        parent.send(ipc.KeysFrame({"k": ("d", "read")}))
+        parent.send(ipc.KeysFrame({"k": ("d", "read")}, 3))
         parent.send(ipc.DropFdsFrame(["/b1", "/b2"]))
+        assert parent.recv() == ipc.KeysAppliedFrame(3)   # only the table that was loaded
         replies = []
         got = submit(client, replies)
         job = parent.recv()

@@ -86,6 +86,32 @@ def test_loading_a_table_without_a_key_revokes_it_at_the_next_check():
     assert g.scope("Bearer " + b) == "read"
 
 
+class LoadsDuringLookup(dict):
+    """A key table whose lookup lets another thread's load() land in the middle of a
+    check (after the table is read, before the verdict is stored): the interleaving the
+    GIL allows between two bytecodes of check()."""
+
+    def __init__(self, rows, gate, new_table):
+        super().__init__(rows)
+        self.gate, self.new_table = gate, new_table
+
+    def get(self, kid, default=None):
+        row = super().get(kid, default)
+        self.gate.load(self.new_table)
+        return row
+
+
+def test_a_load_during_a_check_cannot_leave_a_revoked_key_accepted():
+    for scope_row in ((), (("o/*",),)):             # keys for every repo, and limited keys
+        (a, _, _), (b, _, _) = new_key(), new_key()
+        g = G.Gate()
+        rows = {key_id(a): (digest(a), "read") + scope_row}
+        g.table = LoadsDuringLookup(G._table(rows), g, table_of((b, "read")))   # a revoked meanwhile
+        assert g.check("Bearer " + a) is not None    # the check that raced the load
+        assert "Bearer " + a not in g.verdicts and "Bearer " + a not in g.limited
+        assert g.check("Bearer " + a) is None         # the next request is refused
+
+
 def test_verdicts_are_bounded():
     keys = [new_key()[0] for _ in range(5)]
     g = G.Gate(table_of(*[(k, "read") for k in keys]))
