@@ -8,6 +8,7 @@ background thread drains into log events (docs/internals.md has the measured cos
 import collections
 import json
 import logging
+import operator
 import sys
 import threading
 import time
@@ -53,7 +54,7 @@ class AccessLog:
     writer falls behind, the oldest records (more than `maxlen`) or chunks are dropped,
     never the reactor slowed."""
 
-    __slots__ = ("buf", "append", "chunks", "lock", "lines", "turn", "held")
+    __slots__ = ("buf", "append", "chunks", "lock", "lines", "add_turn", "held")
     BATCH = 256
 
     def __init__(self, maxlen=1 << 17):
@@ -62,24 +63,23 @@ class AccessLog:
         self.chunks = collections.deque(maxlen=max(1, maxlen // self.BATCH))
         self.lock = threading.Lock()   # records leave buf and enter chunks in order
         self.lines = None              # the formatter of the writer that drains this buffer
-        self.turn = None               # its formatter of a turn's fused hits
+        # add_turn(answers, distinct, t0, took): the fused hits of one loop turn
+        # (warm.Answer each, `.log` its record's fixed part; `distinct` holds each Answer
+        # among them once), all begun at `t0` and sent `took` seconds later, into the
+        # buffer in request order with the records around it. Until a writer drains this
+        # buffer, as records (the general step's); the writer sets its own, which adds
+        # one text for all of them (AccessLogWriter._turn_adder).
+        self.add_turn = self._turn_records
         self.held = 0                  # lines in buf beyond one per item (turn texts)
 
     def buffered(self):
         """Lines waiting in buf (the reactor formats them once BATCH wait)."""
         return len(self.buf) + self.held
 
-    def add_turn(self, answers, t0, took):
-        """The fused hits of one loop turn (warm.Answer each, `.log` its record's fixed
-        part), all begun at `t0` and sent `took` seconds later: one text for all of them,
-        in the buffer in request order with the records around it."""
-        turn = self.turn
-        if turn is None:       # no writer yet: records, as the general step leaves
-            for a in answers:
-                self.append((t0, a.log, took))
-            return
-        self.append(turn(answers, t0, took))
-        self.held += len(answers) - 1
+    def _turn_records(self, answers, distinct, t0, took):
+        append = self.append
+        for a in answers:
+            append((t0, a.log, took))
 
     def format_ready(self):
         """Format every record buffered now into one chunk for the writer (the reactor's
@@ -101,8 +101,11 @@ _JSON_FIXED = '{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","dur
 _JSON_LINE = '%s%s,"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n'
 _CONSOLE_FIXED = ("bytes=%d cache=%s component=access duration_ms=", " method=%s path=%s status=%d\n")
 _CONSOLE_LINE = "%s.%06dZ [info     ] request                        %s%s%s"
-_JSON_TAIL = _JSON_LINE[2:]        # after the fixed part: duration, the rest, timestamp
-_CONSOLE_HEAD = _CONSOLE_LINE[:-6]  # before the fixed part: timestamp, level, event
+# a turn's lines (AccessLogWriter._turn_adder) are these lines, put together by hand:
+# JSON: fixed part, duration, _JSON_STAMP, second, ".", microseconds, _JSON_END
+_JSON_STAMP, _JSON_END = _JSON_LINE[4:].split("%s.%06d")
+_CONSOLE_EVENT = _CONSOLE_LINE[7:-6]    # console: second, ".", microseconds, this, fixed part
+_D3 = tuple("%03d" % i for i in range(1000))   # microseconds as two halves of three digits
 _FIXED_MEMO = 4096
 # Durations as text by whole microseconds below 2 ms (warm hits take a few hundred): an
 # index into strings made once at import costs less than float formatting (~0.2 us of a
@@ -111,6 +114,7 @@ _FIXED_MEMO = 4096
 # per 10,000 hits on a busy machine). 2,000 strings, ~110 KB, shared by forked workers.
 _DURS = tuple("%d.%03d" % divmod(us, 1000) for us in range(2000))
 _NDURS = len(_DURS)
+_LOGPART = operator.attrgetter("logpart")
 
 
 class AccessLogWriter(threading.Thread):
@@ -137,7 +141,7 @@ class AccessLogWriter(threading.Thread):
         self._clock = (0.0, 0.0)    # (monotonic time to read it again, wall minus monotonic)
         for b in buffers:
             b.lines = self.lines
-            b.turn = self.turn
+            b.add_turn = self._turn_adder(b)
 
     def run(self):
         while not self._halt.wait(self.interval):
@@ -203,30 +207,45 @@ class AccessLogWriter(threading.Thread):
                 out.append(_CONSOLE_LINE % (sec_text, int((wall - s) * 1e6), part[0], dur, part[1]))
         return "".join(out)
 
-    def turn(self, answers, t0, took):
-        """The lines of one turn's fused hits: the same timestamp and duration for all,
-        so only each answer's fixed part differs (kept on the Answer); the JSON line ends
-        in that shared tail and the whole text is one str.join (~0.05 us a line against
-        ~1.1 for a line of its own). Called by the reactor, for its own Answers."""
-        until, off = self._clock
-        if t0 >= until:     # the wall clock's offset from the monotonic one, read once a second
-            off = time.time() - time.monotonic()
-            self._clock = (t0 + 1.0, off)
-        wall = t0 + off
-        s = int(wall)
-        sec_text, usec = self._second(s), int((wall - s) * 1e6)
-        us = int(took * 1e6 + 0.5)
-        dur = _DURS[us] if us < _NDURS else "%d.%03d" % divmod(us, 1000)
-        parts = [a.logpart or self._logpart(a) for a in answers]
-        if self.json:
-            tail = _JSON_TAIL % (dur, sec_text, usec)
-            return tail.join(parts) + tail
-        head = _CONSOLE_HEAD % (sec_text, usec)
-        return "".join([head + p[0] + dur + p[1] for p in parts])
+    def _turn_adder(self, log):
+        """-> log.add_turn (AccessLog) for this writer: the lines of one turn's fused hits
+        as one text. They share the turn's timestamp and duration, so only each answer's
+        fixed part differs (kept on the Answer, set here for each of `distinct` that has
+        none yet), and the JSON lines end in one shared tail: the text is one str.join
+        over a C map of the parts (~0.05 us a line against ~1.1 for a line of its own).
+        One closure, its state in cells, the timestamp's text made by concatenation
+        from strings made once a second and at import (a %-format of the tail alone was
+        ~3,700 of the ~13,500 instructions a turn's text took as a method: valgrind,
+        docs/benchmarks.md, issue 18). Called by the reactor, for its own Answers."""
+        append, memo, fixed, js, second = log.buf.append, self._memo, self._fixed, self.json, self._second
+        durs, ndurs, d3, getpart = _DURS, _NDURS, _D3, _LOGPART
+        until = off = 0.0      # when to read the wall clock's offset from the monotonic one again
+        sec, prefix = None, ""   # the second of the last turn, and its text with what precedes it
 
-    def _logpart(self, a):
-        part = a.logpart = self._memo.get(a.log) or self._fixed(a.log)
-        return part
+        def add_turn(answers, distinct, t0, took):
+            nonlocal until, off, sec, prefix
+            for a in distinct:
+                if a.logpart is None:
+                    a.logpart = memo.get(a.log) or fixed(a.log)
+            if t0 >= until:
+                off = time.time() - time.monotonic()
+                until = t0 + 1.0
+            wall = t0 + off
+            s = int(wall)
+            if s != sec:
+                sec = s
+                prefix = _JSON_STAMP + second(s) + "." if js else second(s) + "."
+            u = int((wall - s) * 1e6)
+            us = int(took * 1e6 + 0.5)
+            dur = durs[us] if us < ndurs else "%d.%03d" % divmod(us, 1000)
+            if js:
+                tail = dur + prefix + d3[u // 1000] + d3[u % 1000] + _JSON_END
+                append(tail.join(map(getpart, answers)) + tail)
+            else:
+                head = prefix + d3[u // 1000] + d3[u % 1000] + _CONSOLE_EVENT
+                append("".join([head + p[0] + dur + p[1] for p in map(getpart, answers)]))
+            log.held += len(answers) - 1
+        return add_turn
 
     def stop(self):
         self._halt.set()

@@ -89,7 +89,6 @@ class ReactorBase:
         self.limits = ConnectionLimits(max_connections, max_per_ip, self.counters)
         self.access_log = access_log   # the buffer an AccessLogWriter drains, or None
         self.access = access_log.append if access_log is not None else None
-        self.access_turn = access_log.add_turn if access_log is not None else None
         self.idle_timeout = idle_timeout
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout

@@ -1,8 +1,9 @@
-"""The io_uring reactor's fused warm hit (UringReactor._hit) bypasses on_request, so it
+"""The io_uring reactor's fused warm hit (UringReactor.make_dispatch) bypasses on_request, so it
 checks keys itself: a remembered head with an accepted key is served there; once the
 key is gone from the Gate the same bytes fall back to the general step, which refuses."""
 
 import sys
+import time
 
 import pytest
 
@@ -25,23 +26,24 @@ def test_fused_hit_serves_accepted_keys_and_leaves_revoked_ones_to_the_general_s
     rig = FusedHitRig(tmp_path, req, COMMIT, SHA, gate=gate)
     r, ring, conn, body = rig.reactor, rig.ring, rig.conn, rig.body
 
-    def arrive():     # a recv into the empty buffer has just completed (as in _on_recv)
-        conn.rbuf[0:len(req)] = req
+    def arrive():     # a recv into the empty buffer completes; -> True if the fused hit took it
         conn.rstart, conn.rend, conn.recv_pending = 0, 0, False
+        conn.rbuf[0:len(req)] = req
+        conn.inflight += 1
+        r.now = time.monotonic()
+        rig.dispatch(rig.tag, len(req), 0)
+        fused = len(r._turn_hits) == 1
+        r.fold_hits()                                             # the end of its turn
+        return fused
     try:
-        rig.deliver()                                             # first time: the general step
+        assert arrive() is False                                  # first time: the general step
         assert ring.sent[-1].startswith(b"HTTP/1.1 200 OK\r\n") and ring.sent[-1].endswith(body)
         assert len(r.step.heads) == 1
-        arrive()
-        assert r._hit(conn, len(req)) is True                              # remembered: the fused path
-        r.fold_hits()                                             # the end of its turn
+        assert arrive() is True                                   # remembered: the fused path
         assert ring.sent[-1].startswith(b"HTTP/1.1 200 OK\r\n") and r.counters[M.CACHE_HITS] == 2
 
         gate.load({})                                             # the key is revoked
-        arrive()
-        assert r._hit(conn, len(req)) is False
-        conn.rend = len(req)
-        r.advance(conn)
+        assert arrive() is False                                  # the same bytes: the general step
         assert ring.sent[-1].startswith(b"HTTP/1.1 401 Unauthorized\r\n")
         assert r.counters[M.AUTH_REFUSALS] == 1 and r.counters[M.CACHE_HITS] == 2
     finally:

@@ -177,7 +177,7 @@ def test_fused_file_hit_the_socket_cannot_take_goes_on_in_the_state_machine(rig)
     body, polls = _fused_file(rig, 8 << 20)        # far more than a socket buffer holds
     r, conn, peer = rig.reactor, rig.conn, rig.sockets[2]
     log = AccessLog()
-    r.access, r.access_turn = log.append, log.add_turn
+    r.access_log, r.access = log, log.append
     for expect_fused in (False, True):
         rig.conn.plan.head = b""
         rig.deliver()
@@ -203,7 +203,7 @@ def test_fused_file_hit_whole_in_one_go_logs_and_counts_like_the_general_step(ri
     body, polls = _fused_file(rig, 100_000)
     r, peer = rig.reactor, rig.sockets[2]
     log = AccessLog()
-    r.access, r.access_turn = log.append, log.add_turn
+    r.access_log, r.access = log, log.append
     sizes = []
     for _ in range(2):
         rig.deliver()
@@ -240,16 +240,18 @@ def test_a_turn_of_fused_hits_is_counted_like_the_general_step(rig):
     assert not fused
     log = AccessLog()
     AccessLogWriter([log], "json", None)
-    r.access, r.access_turn = log.append, log.add_turn
+    r.access_log, r.access = log, log.append
     r.downloads.clear()
     before = list(r.counters)
     n = 5
     r.now = time.monotonic()
+    sent = len(rig.ring.sent)
     for _ in range(n):                  # five connections' recvs in one turn
         conn.rbuf[0:len(GET)] = GET
         conn.rstart = conn.rend = 0
-        conn.recv_pending = False
-        assert r._hit(conn, len(GET)) is True
+        conn.inflight += 1
+        rig.dispatch(rig.tag, len(GET), 0)
+    assert len(rig.ring.sent) == sent + n and conn.rend == 0   # all fused, none to the general step
     assert r.counters == before         # nothing counted until the turn ends
     r.fold_hits()
     d = [a - b for a, b in zip(r.counters, before)]
