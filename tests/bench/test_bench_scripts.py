@@ -469,3 +469,12 @@ def test_tiny_cold_floor_run_adds_up_its_parts(tmp_path):
     assert all(m[k] > 0 for k in ("receive", "receive_write", "sendfile_sender") + ways)
     assert m["verifying_cache_floor"] == round(min(m[k] for k in ways) + m["sendfile_sender"], 3)
     assert not list(tmp_path.glob("bench-cold-*"))
+
+
+def test_the_instruction_count_rig_runs_the_reactor_it_counts():
+    """scripts/rig_instructions.py's counted part, without valgrind: turns of fused hits
+    through the reactor's completion handler and fold (the rig asserts every hit was sent
+    and folded)."""
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "rig_instructions.py"), "--child", ROOT, "7", "20"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]

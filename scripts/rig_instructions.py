@@ -1,0 +1,104 @@
+"""Instructions per fused warm hit of the io_uring reactor's Python, counted by valgrind
+(callgrind), so two trees compare exactly on a noisy shared machine where timings of the
+same code move by 2x between runs.
+
+The reactor runs against tests/uring_stub.py's recording ring (no kernel): each turn
+hands it K recv completions of one remembered 4 KiB answer (a keyed request, the Gate
+on), then folds the turn (counters, histogram, LRU time, per-repo downloads and the
+JSON access-log text, written to /dev/null). The count is the difference between a run
+of N turns and a run of none, divided by N * K; what the rig itself does per hit (copy
+the request into the buffer) is included, the same for both trees.
+
+    python scripts/rig_instructions.py --hits-per-turn 1,7,20 [--tree DIR ...]
+
+--tree adds a source tree (e.g. a worktree of another commit: git worktree add --detach
+DIR COMMIT) to count beside this one. Needs valgrind (Debian package).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def child(tree, k, turns):
+    sys.path.insert(0, tree)
+    import pathlib
+    import tempfile
+    import time
+
+    import pulsys.cache.indexdb as indexdb
+    indexdb.MAP_SIZE = 1 << 26      # valgrind cannot reserve the 256 GiB LMDB map
+    from pulsys.auth.gate import Gate
+    from pulsys.auth.keys import digest, key_id, new_key
+    from pulsys.log import AccessLog, AccessLogWriter
+    from tests.uring_stub import FusedHitRig
+
+    key = new_key()[0]
+    req = (b"GET /org/m/resolve/main/f.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: huggingface_hub/1.0\r\n"
+           b"Authorization: Bearer %s\r\n\r\n" % key.encode())
+    tmp = tempfile.mkdtemp(prefix="rig-instructions-")
+    rig = FusedHitRig(pathlib.Path(tmp), req, "0123456789abcdef0123456789abcdef01234567", "ab" * 32,
+                      gate=Gate({key_id(key): (digest(key), "read")}))
+    r, conn = rig.reactor, rig.conn
+    log = AccessLog()
+    AccessLogWriter([log], "json", open(os.devnull, "w"))
+    r.access_log, r.access = log, log.append
+    if hasattr(r, "access_turn"):   # trees before the writer set AccessLog.add_turn
+        r.access_turn = log.add_turn
+    dispatch = getattr(rig, "dispatch", None) or r._dispatch
+    n, tag, rbuf, mono = len(req), rig.tag, conn.rbuf, time.monotonic
+
+    def turn():
+        for _ in range(k):
+            rbuf[0:n] = req
+            conn.inflight += 1
+            dispatch(tag, n, 0)
+        r.now = mono()
+        r.fold_hits()
+        if log.buffered() >= log.BATCH:
+            log.format_ready()
+            log.chunks.clear()
+    for _ in range(50):
+        turn()
+    assert not r._turn_hits and len(rig.ring.sent) == 50 * k
+    for _ in range(turns):
+        turn()
+    rig.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def collected(tree, k, turns):
+    p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                        os.path.abspath(__file__), "--child", tree, str(k), str(turns)],
+                       capture_output=True, text=True)
+    m = re.search(r"Collected : (\d+)", p.stderr)
+    if p.returncode != 0 or m is None:
+        raise SystemExit("rig_instructions: error: the counted run failed:\n" + p.stderr[-2000:])
+    return int(m.group(1))
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hits-per-turn", default="1,7,20")
+    ap.add_argument("--hits", type=int, default=30000, help="hits counted per run (default 30000)")
+    ap.add_argument("--tree", action="append", default=[], help="another source tree to count")
+    a = ap.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("rig_instructions: error: valgrind not found (apt-get install valgrind)")
+    for k in [int(x) for x in a.hits_per_turn.split(",")]:
+        turns = max(1, a.hits // k)
+        for tree in [ROOT] + [os.path.abspath(t) for t in a.tree]:
+            per_hit = (collected(tree, k, turns) - collected(tree, k, 0)) / (turns * k)
+            print("%-40s %3d hits a turn: %7.0f instructions a hit" % (tree, k, per_hit), flush=True)
+
+
+if __name__ == "__main__":
+    main()
