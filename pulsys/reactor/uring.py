@@ -233,8 +233,10 @@ class UringReactor(ReactorBase):
         pair on the ring and counted with the turn's others (fold_hits); one from the
         blob file goes to _hit_file. Everything else goes to _dispatch and the general
         step (the same lookup and plan_warm). One closure, with what it reads bound once,
-        where it was a method calling a method calling the ring's: ~0.2 us less per hit
-        (two Python calls and a dozen attribute loads; docs/benchmarks.md, issue 18)."""
+        where it was a method calling a method calling the ring's: two Python calls and a
+        dozen attribute loads less per hit (with the per-Answer fold, 14-17% fewer
+        instructions a hit at 7-20 hits a turn: scripts/rig_instructions.py,
+        docs/benchmarks.md, issue 18)."""
         conns_get, answers_get, genv, gate = self.conns.get, self.answers.get, self.genv, self.gate
         send_recv, turn_hit, general = self.ring.prep_send_recv, self._turn_hit, self._dispatch
         remember, hit_file = self.step.remember, self._hit_file
@@ -403,6 +405,7 @@ class UringReactor(ReactorBase):
         hits, counts = self._turn_hits, self._turn_counts
         now = self.now
         took = monotonic() - now
+        n = len(hits)
         _count_elements(counts, hits)
         nbytes = fused = cached = sqes = 0
         served, d = self.served, self.downloads
@@ -417,12 +420,12 @@ class UringReactor(ReactorBase):
             if a.dkey is not None:
                 d[a.dkey] = d.get(a.dkey, 0) + a.dcount * k   # k GETs and their bytes (packed)
         c = self.counters
-        c[_REQUESTS] += len(hits)
+        c[_REQUESTS] += n
         c[_SQES] += sqes
         c[_BYTES] += nbytes
         c[_FUSED] += fused
         c[_HITS] += cached
-        M.observe(c, H_WARM, took, len(hits))
+        M.observe(c, H_WARM, took, n)
         acc = self.access_log
         if acc is not None:
             acc.add_turn(hits, counts, now, took)   # the writer's, once it drains acc
