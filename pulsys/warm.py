@@ -89,7 +89,7 @@ class Answer:
     `out` (head and body, all in memory) or `file` ((head, entry, plan) for a body read
     from the blob file) is set; neither means: take the general step."""
     __slots__ = ("out", "size", "sqes", "file", "gen", "until", "auth", "blob", "dkey", "dcount", "fused",
-                 "log", "logpart")
+                 "log", "logpart", "ref")
 
     def __init__(self, gen, until):
         self.gen = gen
@@ -98,6 +98,7 @@ class Answer:
         self.file = None
         self.dkey = None
         self.logpart = None   # its access-log line's fixed text (log.AccessLogWriter.turn)
+        self.ref = None       # `out` as the ring's fused send takes it (Ring.fused_data), once
 
 
 def remember_answer(head, entry, gen, until):
@@ -118,7 +119,8 @@ def remember_answer(head, entry, gen, until):
         a.sqes = 1              # the next recv (the answer goes out by send + sendfile)
         a.log = (head.method, head.target, plan.status, a.size, "hit")
         return a
-    a.out = out = plan.head + plan.body if plan.body else plan.head
+    # exactly bytes: the io_uring backend hands the kernel its address (platform/uring.py)
+    a.out = out = bytes(plan.head + plan.body if plan.body else plan.head)
     a.size = n = len(out)
     a.sqes = 2              # its send and the next recv
     a.dcount = n            # bytes of one answer

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def child(tree, k, turns):
+def child(tree, k, turns, ring="record"):
     sys.path.insert(0, tree)
     import pathlib
     import tempfile
@@ -51,14 +51,37 @@ def child(tree, k, turns):
     r.access_log, r.access = log, log.append
     if hasattr(r, "access_turn"):   # trees before the writer set AccessLog.add_turn
         r.access_turn = log.add_turn
+    unprepare = lambda: None       # noqa: E731
+    if ring != "record":
+        # a real ring, its SQEs prepared through RingMemory or the binding, then dropped
+        # unsubmitted at the end of each turn (liburing's private tail set back)
+        import ctypes
+
+        from pulsys.platform.uring import Ring
+        try:
+            real = Ring(4096, "ring", memory=(ring == "memory"))
+            assert (real.mem is not None) == (ring == "memory")
+        except TypeError:           # a tree before RingMemory: the binding only
+            assert ring == "binding"
+            real = Ring(4096, "ring")
+        r.ring = real
+        rig.dispatch = r.make_dispatch()
+        # liburing's struct io_uring behind the binding's Ring: sq.sqe_head at 64, sqe_tail at 68
+        base = ctypes.c_void_p.from_address(id(real._ring) + 16).value
+        sqe_head, sqe_tail = ctypes.c_uint32.from_address(base + 64), ctypes.c_uint32.from_address(base + 68)
+
+        def unprepare():
+            sqe_tail.value = sqe_head.value
     dispatch = getattr(rig, "dispatch", None) or r._dispatch
     n, tag, rbuf, mono = len(req), rig.tag, conn.rbuf, time.monotonic
+    sent = rig.ring.sent
 
     def turn():
         for _ in range(k):
             rbuf[0:n] = req
             conn.inflight += 1
             dispatch(tag, n, 0)
+        unprepare()
         r.now = mono()
         r.fold_hits()
         if log.buffered() >= log.BATCH:
@@ -66,16 +89,16 @@ def child(tree, k, turns):
             log.chunks.clear()
     for _ in range(50):
         turn()
-    assert not r._turn_hits and len(rig.ring.sent) == 50 * k
+    assert not r._turn_hits and (ring != "record" or len(sent) == 50 * k)
     for _ in range(turns):
         turn()
     rig.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collected(tree, k, turns):
+def collected(tree, k, turns, ring):
     p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                        os.path.abspath(__file__), "--child", tree, str(k), str(turns)],
+                        os.path.abspath(__file__), "--child", tree, str(k), str(turns), ring],
                        capture_output=True, text=True)
     m = re.search(r"Collected : (\d+)", p.stderr)
     if p.returncode != 0 or m is None:
@@ -84,20 +107,24 @@ def collected(tree, k, turns):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hits-per-turn", default="1,7,20")
     ap.add_argument("--hits", type=int, default=30000, help="hits counted per run (default 30000)")
     ap.add_argument("--tree", action="append", default=[], help="another source tree to count")
+    ap.add_argument("--ring", default="record", choices=["record", "memory", "binding"],
+                    help="record: tests/uring_stub.py's recording ring (the reactor's Python "
+                         "alone); memory or binding: a real ring whose SQEs are written through "
+                         "RingMemory or the liburing binding, dropped unsubmitted each turn")
     a = ap.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("rig_instructions: error: valgrind not found (apt-get install valgrind)")
     for k in [int(x) for x in a.hits_per_turn.split(",")]:
         turns = max(1, a.hits // k)
         for tree in [ROOT] + [os.path.abspath(t) for t in a.tree]:
-            per_hit = (collected(tree, k, turns) - collected(tree, k, 0)) / (turns * k)
-            print("%-40s %3d hits a turn: %7.0f instructions a hit" % (tree, k, per_hit), flush=True)
+            per_hit = (collected(tree, k, turns, a.ring) - collected(tree, k, 0, a.ring)) / (turns * k)
+            print("%-40s %-7s %3d hits a turn: %7.0f instructions a hit" % (tree, a.ring, k, per_hit), flush=True)
 
 
 if __name__ == "__main__":

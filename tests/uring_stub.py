@@ -22,11 +22,18 @@ class RecordingRing:
 
     def prep_send(self, fd, data, tag, flags=0, sqe_flags=0):
         self.sent.append(data)
+        return data
 
     def prep_recv(self, fd, buf, tag):
         pass
 
-    def prep_send_recv(self, fd, data, send_tag, buf, recv_tag):
+    def fused_conn(self, fd, buf, send_tag, recv_tag):
+        return fd, buf, send_tag, recv_tag
+
+    def fused_data(self, data):
+        return data
+
+    def prep_fused(self, data, conn):
         self.sent.append(data)
 
     def prep_poll_out(self, fd, tag):

@@ -1,8 +1,13 @@
 """Facade over the PyPI `liburing` binding — the only module that imports it.
 
-The reactor speaks in intents (prep_recv, prep_send, prep_accept, prep_poll_out,
-submit, reap) with small-integer tags; liburing's SQE/CQE objects never leave this
-module. Facts about the binding (2026.3.30) this relies on, checked by probe() and
+The reactor speaks in intents (prep_recv, prep_send, prep_fused, prep_accept,
+prep_poll_out, submit, reap) with small-integer tags; liburing's SQE/CQE objects never
+leave this module. On x86-64 the binding only sets the ring up and tears it down:
+RingMemory checks where liburing keeps the queues and Ring then writes SQEs and reads
+CQEs there with struct, as liburing's own inline functions do in C, at a fraction of
+the binding's per-call cost (docs/decisions/0021-ring-memory.md has the counts).
+Elsewhere, or where that check fails, every call goes through the binding. Facts about
+the binding (2026.3.30) this relies on, checked by probe() and
 tests/unit/test_uring_facade.py:
   - buffers must be bytes/bytearray objects (no memoryview, no offset): recv fills a
     whole bytearray from index 0, send takes a whole bytes/bytearray;
@@ -20,8 +25,11 @@ tests/unit/test_uring_facade.py:
 
 import ctypes
 import errno
+import platform
 import select
 import socket
+import struct
+import sys
 
 import liburing as L
 
@@ -71,6 +79,92 @@ class _GetEventsArg(ctypes.Structure):        # struct io_uring_getevents_arg (5
 
 _syscall = None
 
+# Where liburing keeps a ring (struct io_uring, src/include/liburing.h, 2.x, 64-bit):
+# io_uring_sq at 0 and io_uring_cq at 104, then flags and ring_fd. The binding wraps a
+# pointer to that struct as the first field after the PyObject header (PyOZ's PyWrapper:
+# ob_base, then the Zig struct Ring { _io_uring: *c.io_uring }). RingMemory checks all of
+# it against what the binding reports before anything is read or written through it.
+_SQ_KHEAD, _SQ_KTAIL, _SQ_SQES, _SQ_SQE_HEAD, _SQ_SQE_TAIL, _SQ_MASK, _SQ_ENTRIES = 0, 8, 56, 64, 68, 88, 92
+_CQ = 104
+_CQ_KHEAD, _CQ_KTAIL, _CQ_CQES, _CQ_MASK, _CQ_ENTRIES = _CQ + 0, _CQ + 8, _CQ + 48, _CQ + 72, _CQ + 76
+_OFF_FLAGS, _OFF_RING_FD = 192, 196
+_PYOBJECT_HEAD = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
+# struct io_uring_sqe (64 bytes) and io_uring_cqe (16) in include/uapi/linux/io_uring.h.
+# The fused hit's pair: a SEND whose first 8 bytes (opcode, flags, ioprio, fd) and len |
+# msg_flags << 32 come packed, then the connection's RECV, already made (fused_conn).
+# Native byte order and alignment ("@", x86-64 only, as RingMemory is): the fields fall
+# where the kernel's structs have them, and struct converts with the C-typed fast
+# functions (the "<" variants go through _PyLong_AsByteArray: 330 instructions more).
+_SQE = struct.Struct("@BBHiQQIIQHHiQQ")
+_SEND_RECV = struct.Struct("@Q8xQQQ24x64s")
+_CQE = struct.Struct("@QiI")
+assert _SQE.size == 64 and _SEND_RECV.size == 128 and _CQE.size == 16
+# where a bytes object's data starts (CPython's PyBytesObject: ob_sval after the header)
+_BYTES_DATA = bytes.__basicsize__ - 1
+_RING_MEMORY = platform.machine() in ("x86_64", "AMD64") and sys.byteorder == "little"
+
+
+OP_NOP = 0
+_ACCEPT_MULTISHOT = 1 << 0        # IORING_ACCEPT_MULTISHOT, in the SQE's ioprio
+_POLL_ADD_MULTI = 1 << 0          # IORING_POLL_ADD_MULTI, in the SQE's len
+
+
+def _address(buf):
+    """Where the bytes of a bytes or bytearray object are (a bytearray's stay there until
+    it is resized, which a live memoryview of it forbids)."""
+    if type(buf) is bytes:
+        return id(buf) + _BYTES_DATA
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf)) if len(buf) else 0
+
+
+class RingMemory:
+    """The submission and completion queues of a set-up ring as Python sees memory:
+    c_uint32 views of the indexes and memoryviews of the SQE and CQE arrays, for reading
+    completions with one struct call per batch and writing the fused hit's two SQEs with
+    one (a binding call costs 900-1,300 instructions here, its CQE objects more:
+    docs/decisions/0021-ring-memory.md). liburing does the same in C: its get_sqe, flush,
+    peek and advance are inline functions over these fields. Only on x86-64, whose
+    stores are not reordered with earlier loads or stores (Intel SDM vol. 3, 8.2.2), so
+    plain stores are the release stores liburing uses; elsewhere, or where the layout
+    does not check out, RingMemory.of() returns None and the binding does it all."""
+
+    @classmethod
+    def of(cls, ring, entries):
+        if not _RING_MEMORY or ctypes.sizeof(ctypes.c_void_p) != 8 or type(ring) is not L.Ring:
+            return None
+        try:
+            return cls(ring, entries)
+        except (ValueError, AttributeError, TypeError, OverflowError):
+            return None
+
+    def __init__(self, ring, entries):
+        base = ctypes.c_void_p.from_address(id(ring) + _PYOBJECT_HEAD).value
+        if not base:
+            raise ValueError("no ring")
+        u32, ptr = ctypes.c_uint32.from_address, lambda off: ctypes.c_void_p.from_address(base + off).value
+        n = 1 << (entries - 1).bit_length()
+        if (ctypes.c_int.from_address(base + _OFF_RING_FD).value != ring.ring_fd
+                or u32(base + _OFF_FLAGS).value != ring.flags
+                or u32(base + _SQ_ENTRIES).value != n or u32(base + _SQ_MASK).value != n - 1
+                or ring.flags & (L.IORING_SETUP_SQPOLL | L.IORING_SETUP_SQE128 | L.IORING_SETUP_CQE32
+                                 | getattr(L, "IORING_SETUP_SQ_REWIND", 0))):
+            raise ValueError("not the layout checked")
+        self.sq_entries, self.sq_mask = n, n - 1
+        self.cq_entries, self.cq_mask = u32(base + _CQ_ENTRIES).value, u32(base + _CQ_MASK).value
+        if self.cq_entries < n or self.cq_mask != self.cq_entries - 1:
+            raise ValueError("not the layout checked")
+        if not all(ptr(o) for o in (_SQ_KHEAD, _SQ_KTAIL, _SQ_SQES, _CQ_KHEAD, _CQ_KTAIL, _CQ_CQES)):
+            raise ValueError("no ring")
+        self.sqe_head, self.sqe_tail = u32(base + _SQ_SQE_HEAD), u32(base + _SQ_SQE_TAIL)
+        self.sq_khead, self.sq_ktail = u32(ptr(_SQ_KHEAD)), u32(ptr(_SQ_KTAIL))
+        self.cq_khead, self.cq_ktail = u32(ptr(_CQ_KHEAD)), u32(ptr(_CQ_KTAIL))
+        self.sqes = memoryview((ctypes.c_char * (64 * n)).from_address(ptr(_SQ_SQES))).cast("B")
+        self.cqes = memoryview((ctypes.c_char * (16 * self.cq_entries)).from_address(ptr(_CQ_CQES))).cast("B")
+        # nothing prepared yet: liburing's indexes and the kernel's agree
+        if not (self.sqe_head.value == self.sqe_tail.value == self.sq_ktail.value == self.sq_khead.value
+                and L.io_uring_sq_ready(ring) == 0 and self.cq_khead.value == self.cq_ktail.value):
+            raise ValueError("indexes disagree")
+
 
 def _raw_enter():
     """libc's syscall(2) as a ctypes function: a CDLL call releases the GIL."""
@@ -87,10 +181,11 @@ def _raw_enter():
 class Ring:
     """One io_uring instance owned by one thread."""
 
-    def __init__(self, entries=4096, wait="auto"):
+    def __init__(self, entries=4096, wait="auto", memory=True):
         """wait: "auto", "ring" (OSError where it cannot be had) or "epoll" (WAIT_MODES).
         With "ring" (DEFER_TASKRUN), only the thread that made the ring may run its
-        completions: make it on the thread that uses it."""
+        completions: make it on the thread that uses it. memory: reach the queues
+        through RingMemory where it checks out (False: the binding for everything)."""
         if wait not in WAIT_MODES:
             raise ValueError("wait must be one of %s" % (WAIT_MODES,))
         self._ring = self._epoll = None
@@ -112,6 +207,8 @@ class Ring:
             except OSError:
                 self._setup(entries, 0)
             self.wait_mode = "epoll"
+        if self.wait_mode == "epoll":
+            self._wait_args()           # (submit through RingMemory enters with ctypes too)
         self._cqe = L.Cqe()
         self.enters = 0             # io_uring_enter calls made by submit(), get_events(), wait()
         r = self._ring
@@ -136,15 +233,27 @@ class Ring:
             set_data(s, tag)
 
         def send(fd, data, tag, flags=0, sqe_flags=0):
+            # -> the object whose bytes the kernel reads: keep it alive until the send ends
             s = get_sqe(r) or sqe()
             prep_send(s, fd, data, flags)
             set_data(s, tag)
             if sqe_flags:
                 s.flags = sqe_flags
+            return data
 
-        def send_recv(fd, data, send_tag, buf, recv_tag):
-            # the fused hit's pair: send `data` (MSG_WAITALL, linked, no completion on
-            # success), then recv into `buf`; one call where send + recv are two
+        # The fused hit's pair: send an answer (MSG_WAITALL, linked, no completion on
+        # success), then recv the connection's next request; one call where send + recv
+        # are two. What stays the same is made once: fused_conn per connection (its fd,
+        # read buffer and tags), fused_data per answer (bytes, kept alive by the caller
+        # until the recv completes).
+        def fused_conn(fd, buf, send_tag, recv_tag):
+            return fd, buf, send_tag, recv_tag
+
+        def fused_data(data):
+            return data
+
+        def send_recv(data, conn):
+            fd, buf, send_tag, recv_tag = conn
             s = get_sqe(r) or sqe()
             prep_send(s, fd, data, MSG_WAITALL)
             set_data(s, send_tag)
@@ -171,12 +280,186 @@ class Ring:
                 submit_and_get_events(r)
                 self.enters += 1
 
+        def submit_and_wait(timeout):
+            get_events()
+            return True if self.ready() else self.wait(timeout)
+
         self._sqe = sqe
         self.prep_recv = recv
         self.prep_send = send
-        self.prep_send_recv = send_recv
+        self.fused_conn, self.fused_data, self.prep_fused = fused_conn, fused_data, send_recv
         self.submit = do_submit
         self.get_events = get_events
+        self.submit_and_wait = submit_and_wait
+        self.mem = RingMemory.of(r, entries) if memory else None
+        self.one_enter = self.mem is not None and self.wait_mode == "ring"
+        if self.mem is not None:
+            self._use_memory(self.mem)
+
+    def _use_memory(self, m):
+        """Run the queues through RingMemory: every prep, submit, reap and wait below
+        replaces the binding's. The SQ tail lives in a Python int here and reaches the
+        kernel's ring at each enter, as liburing's private sqe_tail does at its submit
+        (__io_uring_flush_sq); the binding is left to set the ring up and tear it down."""
+        sqes, sq_khead, sq_ktail, entries = m.sqes, m.sq_khead, m.sq_ktail, m.sq_entries
+        end, last = entries << 6, (entries - 1) << 6
+        # The next SQE goes at byte `off` of the queue; `pend` SQEs were written since the
+        # kernel last saw the tail, `ktail` (a u32, as the kernel counts); at most `limit`
+        # may be pending before the queue is full: kept as small Python ints so that a
+        # hit's bookkeeping allocates nothing (CPython caches ints below 257).
+        ktail = sq_ktail.value
+        off, pend, limit = (ktail & (entries - 1)) << 6, 0, entries
+        pack_sqe, pack_pair, sqe_bytes = _SQE.pack_into, _SEND_RECV.pack_into, _SQE.pack
+        send_head, waitall, u32 = OP_SEND | LINK_QUIET << 8, MSG_WAITALL << 32, 0xFFFFFFFF
+        enter, wait_result = self._enter, self._wait_result
+
+        def free(k):
+            # room for k more SQEs, submitting what is written if the queue is full
+            nonlocal limit
+            limit = entries - ((ktail - sq_khead.value) & u32)
+            if pend > limit - k:
+                submit()
+                limit = entries - ((ktail - sq_khead.value) & u32)
+                if pend > limit - k:
+                    raise OSError(errno.EBUSY, "io_uring submission queue full")
+
+        def put(op, flags, ioprio, fd, addr_off, addr, length, op_flags, tag):
+            nonlocal off, pend
+            if pend >= limit:
+                free(1)
+            pack_sqe(sqes, off, op, flags, ioprio, fd, addr_off, addr, length, op_flags, tag, 0, 0, 0, 0, 0)
+            off = off + 64 if off != last else 0
+            pend += 1
+
+        def flush():
+            # -> how many SQEs the next enter submits; the kernel reads the tail there
+            nonlocal ktail, pend, limit
+            n = pend
+            if n:
+                ktail = sq_ktail.value = (ktail + n) & u32
+                pend = 0
+                limit -= n     # taken until free() reads how far the kernel has consumed
+            return n
+
+        def fused_conn(fd, buf, send_tag, recv_tag):
+            # the first 8 bytes of the SEND (opcode, flags, ioprio, fd), its tag, and the
+            # RECV into the whole of `buf` (a bytearray that is not resized while this is
+            # used: the reactor keeps a memoryview of it, which forbids that)
+            return (send_head | fd << 32, send_tag,
+                    sqe_bytes(OP_RECV, 0, 0, fd, 0, _address(buf), len(buf), 0, recv_tag, 0, 0, 0, 0, 0))
+
+        def fused_data(data):
+            return id(data) + _BYTES_DATA, len(data) | waitall      # data: bytes
+
+        def send_recv(data, conn):
+            nonlocal off, pend
+            if pend > limit - 2:
+                free(2)
+            addr, len_flags = data
+            head, send_tag, recv = conn
+            if off != last:
+                pack_pair(sqes, off, head, addr, len_flags, send_tag, recv)
+                off += 128
+                if off == end:
+                    off = 0
+            else:        # the pair wraps around the end of the queue
+                pack_sqe(sqes, off, OP_SEND, LINK_QUIET, 0, head >> 32, 0, addr, len_flags & u32,
+                         MSG_WAITALL, send_tag, 0, 0, 0, 0, 0)
+                sqes[0:64] = recv
+                off = 64
+            pend += 2
+
+        def recv(fd, buf, tag):
+            put(OP_RECV, 0, 0, fd, 0, _address(buf), len(buf), 0, tag)
+
+        def send(fd, data, tag, flags=0, sqe_flags=0):
+            if type(data) is not bytes and type(data) is not bytearray:
+                data = bytes(data)           # (a read-only view has no address to give)
+            put(OP_SEND, sqe_flags, 0, fd, 0, _address(data), len(data), flags, tag)
+            return data
+
+        def accept(fd, tag, multishot=True):
+            put(OP_ACCEPT, 0, _ACCEPT_MULTISHOT if multishot else 0, fd, 0, 0, 0, 0, tag)
+
+        def poll_out(fd, tag):
+            put(OP_POLL_ADD, 0, 0, fd, 0, 0, 0, POLLOUT, tag)
+
+        def poll_in_multishot(fd, tag):
+            put(OP_POLL_ADD, 0, 0, fd, 0, 0, _POLL_ADD_MULTI, POLLIN, tag)
+
+        def nop(tag):
+            put(OP_NOP, 0, 0, -1, 0, 0, 0, 0, tag)
+
+        def submit():
+            n = flush()
+            if not n:
+                return 0
+            self.enters += 1
+            got = self._sys(NR_IO_URING_ENTER, self.fd, n, 0, 0, None, 0)
+            return got if got >= 0 else -ctypes.get_errno()
+
+        def get_events():
+            # "ring" mode: submit and run the completions queued as task work (see the
+            # binding's version in __init__), nothing to wait for
+            n = flush()
+            if n:
+                self.enters += 1
+                enter(0, 0.0, n)
+
+        def submit_and_wait(timeout):
+            # one enter that submits exactly the flushed SQEs (the kernel skips the wait
+            # if it submits fewer: io_uring_enter returns at once when io_submit_sqes !=
+            # to_submit), runs the completions queued for this thread and sleeps only if
+            # none of them posted a CQE
+            n = flush()
+            self.enters += 1
+            return wait_result(enter(1, timeout, n))
+
+        cqes, cq_khead, cq_ktail, cq_mask, cq_entries = m.cqes, m.cq_khead, m.cq_ktail, m.cq_mask, m.cq_entries
+        unpack = _CQE.iter_unpack
+
+        def reap(dispatch, cap=4096):
+            chead = cq_khead.value
+            n = (cq_ktail.value - chead) & u32
+            if not n:
+                return 0
+            if n > cap:
+                n = cap
+            i = chead & cq_mask
+            first = n if i + n <= cq_entries else cq_entries - i
+            done = 0
+            it = unpack(cqes[i << 4:(i + first) << 4])
+            try:
+                for tag, res, flags in it:
+                    dispatch(tag, res, flags)
+                done = first
+                if first < n:
+                    it = unpack(cqes[:(n - first) << 4])
+                    for tag, res, flags in it:
+                        dispatch(tag, res, flags)
+                done = n
+            finally:
+                if done != n:      # dispatch raised: the completions it saw are consumed
+                    done += (first if done == 0 else n - first) - it.__length_hint__()
+                cq_khead.value = (chead + done) & u32
+            return n
+
+        def ready():
+            return (cq_ktail.value - cq_khead.value) & u32
+
+        self._sqe = None
+        self.fused_conn, self.fused_data, self.prep_fused = fused_conn, fused_data, send_recv
+        self.prep_recv, self.prep_send = recv, send
+        self.prep_accept, self.prep_poll_out, self.prep_poll_in_multishot, self.prep_nop = (
+            accept, poll_out, poll_in_multishot, nop)
+        self.submit, self.get_events, self.reap, self.ready = submit, get_events, reap, ready
+        if self.wait_mode == "ring":
+            self.submit_and_wait = submit_and_wait
+        else:
+            def submit_then_wait(timeout):
+                submit()
+                return True if ready() else self.wait(timeout)
+            self.submit_and_wait = submit_then_wait
 
     def _setup(self, entries, flags):
         ring = L.Ring()
@@ -186,17 +469,28 @@ class Ring:
 
     def _wait_args(self):
         self._ts = _KernelTimespec(0, 0)
+        self._timeout = 0.0
         self._arg = _GetEventsArg(0, 0, 0, ctypes.addressof(self._ts))
         self._argp = ctypes.addressof(self._arg)
         self._argsz = ctypes.sizeof(self._arg)
         self._sys = _raw_enter()
 
-    def _enter(self, min_complete, timeout):
-        ts = self._ts
-        ts.tv_sec = sec = int(timeout)
-        ts.tv_nsec = int((timeout - sec) * 1e9)
-        n = self._sys(NR_IO_URING_ENTER, self.fd, 0, min_complete, _ENTER_WAIT, self._argp, self._argsz)
+    def _enter(self, min_complete, timeout, to_submit=0):
+        if timeout != self._timeout:
+            ts = self._ts
+            ts.tv_sec = sec = int(timeout)
+            ts.tv_nsec = int((timeout - sec) * 1e9)
+            self._timeout = timeout
+        n = self._sys(NR_IO_URING_ENTER, self.fd, to_submit, min_complete, _ENTER_WAIT, self._argp, self._argsz)
         return n if n >= 0 else -ctypes.get_errno()
+
+    @staticmethod
+    def _wait_result(n):
+        if n >= 0 or n == -errno.EINTR:
+            return True
+        if n == -errno.ETIME:
+            return False
+        raise OSError(-n, "io_uring_enter: %s" % errno.errorcode.get(-n, -n))
 
     def wait(self, timeout):
         """Sleep until at least one completion is ready or `timeout` seconds pass, without
@@ -205,12 +499,7 @@ class Ring:
         none of them posted a CQE (io_cqring_wait); -> True unless the timeout passed."""
         if self.wait_mode == "ring":
             self.enters += 1
-            n = self._enter(1, timeout)
-            if n >= 0 or n == -errno.EINTR:
-                return True
-            if n == -errno.ETIME:
-                return False
-            raise OSError(-n, "io_uring_enter: %s" % errno.errorcode.get(-n, -n))
+            return self._wait_result(self._enter(1, timeout))
         ep = self._epoll
         if ep is None:
             ep = self._epoll = select.epoll()
@@ -223,6 +512,11 @@ class Ring:
             L.io_uring_prep_multishot_accept(s, fd)
         else:
             L.io_uring_prep_accept(s, fd)
+        L.io_uring_sqe_set_data64(s, tag)
+
+    def prep_nop(self, tag):
+        s = self._sqe()
+        L.io_uring_prep_nop(s)
         L.io_uring_sqe_set_data64(s, tag)
 
     def prep_poll_out(self, fd, tag):

@@ -18,6 +18,7 @@ class Conn:
         "peer",        # key counted by --max-connections-per-ip, or None
         "hbase",       # latency histogram of this request (metrics.H_WARM/H_COLD/H_API), or -1
         "check",       # (fd, from, to): sent bytes of a failed fill to compare with the refetch
+        "rop",         # a backend's made-up read into rbuf (uring: its RECV SQE), None when rbuf changes
     )
 
     def __init__(self, sock, now):
@@ -25,6 +26,7 @@ class Conn:
         self.fd = sock.fileno()
         self.rbuf = bytearray(RBUF_SIZE)
         self.rview = memoryview(self.rbuf)
+        self.rop = None
         self.rstart = 0
         self.rend = 0
         self.state = READ

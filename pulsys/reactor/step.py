@@ -210,3 +210,4 @@ def grow(conn, need):
     n = conn.rend - conn.rstart
     buf[:n] = conn.rbuf[conn.rstart:conn.rend]
     conn.rbuf, conn.rview, conn.rstart, conn.rend = buf, memoryview(buf), 0, n
+    conn.rop = None

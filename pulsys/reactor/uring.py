@@ -3,9 +3,10 @@ backend (the loop itself is ReactorBase.run).
 
 One I/O turn, where the kernel has IORING_SETUP_DEFER_TASKRUN (6.1+; Ring.wait_mode
 "ring", platform/uring.py): one io_uring_enter submits every SQE prepared since the last
-turn and runs the completions queued for this thread; only when no completion is ready
-and no post waits in the mailbox does the thread sleep, in io_uring_enter itself, without
-the GIL; then reap. The mailbox wakes that sleep through a multishot POLL_ADD on its
+turn and runs the completions queued for this thread; when no completion was ready and
+no post waits in the mailbox, that same enter may sleep, without the GIL
+(Ring.submit_and_wait: liburing's submit is done by hand so the enter can be a ctypes
+call); then reap. The mailbox wakes that sleep through a multishot POLL_ADD on its
 wake-up socket, on the ring. Elsewhere ("epoll"): submit, sleep in epoll on the ring fd
 and the mailbox when nothing is ready, reap. The liburing binding holds the GIL inside
 io_uring_enter, so neither sleeps through it (other threads, the fill pool and the
@@ -36,6 +37,7 @@ from pulsys.reactor.conn import CLOSED, READ, RBUF_SIZE, SEND, Conn, close_socke
 from pulsys.reactor.step import grow
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
+_SEND_FROM_RECV = OP_SEND - OP_RECV     # a connection's send tag from its recv tag
 IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
@@ -89,17 +91,19 @@ class UringReactor(ReactorBase):
         ring = self.ring
         ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
         # the turn runs once per loop pass: what it uses is bound here, once
-        get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
+        get_events, ready, reap, submit_and_wait = ring.get_events, ring.ready, ring.reap, ring.submit_and_wait
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
         hits, fold = self._turn_hits, self.fold_hits
 
         def turn():
-            get_events()
             # Never sleep with a completion ready (reap takes at most its cap per turn) or a
             # post queued. Completions still queued as task work need no check here: the
-            # wait runs them first and sleeps only if none of them posted a CQE.
-            if not ready() and not pending():
-                wait(IDLE_WAIT)
+            # wait runs them first and sleeps only if none of them posted a CQE. Under load
+            # that wait returns at once, so a turn is one io_uring_enter either way.
+            if ready() or pending():
+                get_events()
+            else:
+                submit_and_wait(IDLE_WAIT)
             self.now = monotonic()
             reap(dispatch)
             if hits:
@@ -193,15 +197,13 @@ class UringReactor(ReactorBase):
             # send, then recv the next request, in one submission: the send posts a
             # completion only on failure, so one CQE per request; the recv completing
             # proves the send is done and its buffer free (kept alive until then)
-            self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
-            conn.send_buf = data
+            conn.send_buf = self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL, LINK_QUIET)
             self.recv(conn)
             c[M.URING_SQES] += 1
             conn.out_off = len(out)
             conn.sent += len(data)
             return DONE_SEND
-        self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL)
-        conn.send_buf = data
+        conn.send_buf = self.ring.prep_send(conn.fd, data, (conn.fd << 3) | OP_SEND, MSG_WAITALL)
         conn.sending = True
         conn.inflight += 1
         c[M.URING_SQES] += 1
@@ -238,7 +240,9 @@ class UringReactor(ReactorBase):
         instructions a hit at 7-20 hits a turn: scripts/rig_instructions.py,
         docs/benchmarks.md, issue 18)."""
         conns_get, answers_get, genv, gate = self.conns.get, self.answers.get, self.genv, self.gate
-        send_recv, turn_hit, general = self.ring.prep_send_recv, self._turn_hit, self._dispatch
+        ring = self.ring
+        send_recv, fused_conn, fused_data = ring.prep_fused, ring.fused_conn, ring.fused_data
+        turn_hit, general = self._turn_hit, self._dispatch
         remember, hit_file = self.step.remember, self._hit_file
         me = self
 
@@ -250,33 +254,43 @@ class UringReactor(ReactorBase):
                 return general(tag, res, flags)
             # most completions: a new head into the empty buffer of an idle connection
             # (_on_recv's common case, in its order)
-            conn.inflight -= 1
-            conn.recv_pending = False
-            conn.send_buf = None
             now = conn.last_active = me.now
+            held = True                   # the completed recv is not yet accounted for
             try:
-                key = bytes(conn.rview[:res])
+                key = conn.rview[:res].tobytes()
                 a = answers_get(key)
                 if a is None or a.gen != genv[0] or now >= a.until:
                     a = remember(key, now)
+                # a whole answer (else the general step), for a key the Gate has accepted
+                # (not yet, or revoked: the general step checks it)
+                whole = False
                 if a is not None:
                     out = a.out
-                    # a whole answer (else the general step), for a key the Gate has
-                    # accepted (not yet, or revoked: the general step checks it)
-                    if (out is not None or a.file is not None) and (gate is None or a.auth in gate.verdicts):
-                        if out is not None:
-                            fd = conn.fd
-                            send_recv(fd, out, (fd << 3) | OP_SEND, conn.rbuf, (fd << 3) | OP_RECV)
-                            conn.send_buf = out
-                            conn.recv_pending = True
-                            conn.inflight += 1
-                            turn_hit(a)       # counted and logged with the turn's others
-                            return
-                        if hit_file(conn, a, monotonic()):
-                            return
+                    whole = (out is not None or a.file is not None) and (gate is None or a.auth in gate.verdicts)
+                    if whole and out is not None:
+                        # the pair's recv takes the place of the one that completed:
+                        # inflight and recv_pending stay as they are
+                        rop, ref = conn.rop, a.ref
+                        if rop is None:
+                            rop = conn.rop = fused_conn(conn.fd, conn.rbuf, tag + _SEND_FROM_RECV, tag)
+                        if ref is None:
+                            ref = a.ref = fused_data(out)
+                        send_recv(ref, rop)
+                        conn.send_buf = out
+                        turn_hit(a)       # counted and logged with the turn's others
+                        return
+                held = False
+                conn.inflight -= 1
+                conn.recv_pending = False
+                conn.send_buf = None
+                if whole and a.file is not None and hit_file(conn, a, monotonic()):
+                    return
                 conn.rend += res
                 me.advance(conn)
             except Exception:
+                if held:
+                    conn.inflight -= 1
+                    conn.recv_pending = False
                 me.internal_error(conn)
         return dispatch
 

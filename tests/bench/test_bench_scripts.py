@@ -475,6 +475,14 @@ def test_the_instruction_count_rig_runs_the_reactor_it_counts():
     """scripts/rig_instructions.py's counted part, without valgrind: turns of fused hits
     through the reactor's completion handler and fold (the rig asserts every hit was sent
     and folded)."""
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "rig_instructions.py"), "--child", ROOT, "7", "20"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
+    for ring in ("record", "memory", "binding"):
+        if ring != "record" and not uring_usable():
+            continue            # a real ring: only where io_uring runs (the others still count)
+        p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "rig_instructions.py"), "--child", ROOT, "7", "20",
+                            ring], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (ring, p.stderr[-2000:])
+
+
+def uring_usable():
+    from pulsys.platform import PlatformFacts
+    return PlatformFacts.probe().uring_ok

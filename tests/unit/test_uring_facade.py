@@ -16,17 +16,15 @@ def test_probe_passes_and_names_no_reason():
     assert FACTS.uring_ok and FACTS.uring_error == ""
 
 
-def test_completions_survive_the_ring_wrapping_around():
+@pytest.mark.parametrize("memory", [True, False])
+def test_completions_survive_the_ring_wrapping_around(memory):
     from pulsys.platform.uring import Ring
-    import liburing as L
-    ring = Ring(4)                      # a CQ of 8 entries wraps every 8 completions
+    ring = Ring(4, memory=memory)       # a CQ of 8 entries wraps every 8 completions
     seen = []
     try:
         for rnd in range(20):
             for i in range(3):
-                s = ring._sqe()
-                L.io_uring_prep_nop(s)
-                L.io_uring_sqe_set_data64(s, rnd * 10 + i)
+                ring.prep_nop(rnd * 10 + i)
             ring.submit()
             ring.reap(lambda tag, res, flags: seen.append((tag, res)))
     finally:
@@ -136,3 +134,139 @@ def test_a_multishot_poll_wakes_a_sleeping_wait_each_time(wait):
         a.close()
         b.close()
         ring.close()
+
+
+@pytest.mark.parametrize("wait", ["ring", "epoll"])
+def test_submit_and_wait_submits_what_is_prepared_and_liburing_agrees(wait):
+    # Ring(4): a 4-entry submission queue wraps every 4 SQEs; 20 rounds of 3 nops go
+    # through the hand-made flush ("ring") or liburing's own ("epoll", the fallback)
+    from pulsys.platform.uring import Ring
+    ring = Ring(4, wait)
+    seen = []
+    try:
+        assert ring.one_enter == (wait == "ring")
+        for rnd in range(20):
+            for i in range(3):
+                ring.prep_nop(rnd * 10 + i)
+            e0 = ring.enters
+            assert ring.submit_and_wait(2)
+            assert ring.enters - e0 == (1 if wait == "ring" else 2 - bool(ring.ready()))
+            assert ring.submit() == 0             # nothing was left to submit
+            while len(seen) < 3 * (rnd + 1) and ring.wait(2):
+                ring.reap(lambda tag, res, flags: seen.append((tag, res)))
+    finally:
+        ring.close()
+    assert seen == [(r * 10 + i, 0) for r in range(20) for i in range(3)]
+
+
+def test_one_enter_submits_a_recv_and_sleeps_in_it_without_the_gil():
+    import threading
+    from pulsys.platform.uring import Ring
+    ring = Ring(8, "ring")
+    a, b = socket.socketpair()
+    got, took = {}, []
+    try:
+        buf = bytearray(8)
+        ring.prep_recv(a.fileno(), buf, 1)
+        threading.Timer(0.3, b.send, (b"ping",)).start()
+
+        def one_enter():
+            e0, t0 = ring.enters, time.monotonic()
+            assert ring.submit_and_wait(2)
+            took.append((ring.enters - e0, time.monotonic() - t0))
+        free = _other_thread_progress(one_enter)
+        ring.reap(lambda tag, res, flags: got.__setitem__(tag, res))
+        assert got == {1: 4} and bytes(buf[:4]) == b"ping"
+        (enters, secs), = took
+        assert enters == 1 and 0.2 < secs < 1.5      # slept until the data came, not 2 s
+        assert free > 100000, free                   # the other thread ran meanwhile
+    finally:
+        a.close()
+        b.close()
+        ring.close()
+
+
+def test_ring_memory_is_refused_where_the_layout_does_not_match():
+    from pulsys.platform.uring import Ring, RingMemory
+    ring = Ring(8, "ring")
+    try:
+        assert RingMemory.of(ring._ring, 8) is not None
+        assert RingMemory.of(ring._ring, 64) is None        # another ring size
+        assert RingMemory.of(object(), 8) is None           # not a binding Ring
+    finally:
+        ring.close()
+
+
+@pytest.mark.parametrize("memory", [True, False])
+@pytest.mark.parametrize("wait", ["ring", "epoll"])
+def test_the_fused_pair_sends_then_receives_through_memory_and_the_binding_alike(wait, memory):
+    # a 4-entry queue: the pair starts at every slot, the last one too (where it wraps)
+    from pulsys.platform.uring import OP_RECV, Ring
+    ring = Ring(4, wait, memory=memory)
+    a, b = socket.socketpair()
+    got = []
+    try:
+        assert (ring.mem is not None) == memory
+        buf = bytearray(64)
+        conn = ring.fused_conn(a.fileno(), buf, 99, (a.fileno() << 3) | OP_RECV)
+        for i in range(9):
+            data = b"answer %d " % i + b"x" * (1000 * i)
+            ring.prep_fused(ring.fused_data(data), conn)
+            ring.submit()
+            want = len(data)
+            have = b""
+            while len(have) < want:
+                have += b.recv(65536)
+            assert have == data                        # the send went out whole
+            b.send(b"next %d" % i)
+            while len(got) == i and ring.wait(2):
+                ring.reap(lambda tag, res, flags: got.append((tag, res)))
+            assert got[i] == ((a.fileno() << 3) | OP_RECV, 6) and bytes(buf[:6]) == b"next %d" % i
+    finally:
+        a.close()
+        b.close()
+        ring.close()
+    assert len(got) == 9        # no completion of the sends (CQE_SKIP_SUCCESS)
+
+
+def test_reap_through_memory_consumes_what_it_dispatched_when_dispatch_raises():
+    from pulsys.platform.uring import Ring
+    ring = Ring(4, "ring")             # a completion queue of 8: batches wrap around it
+    seen = []
+
+    def dispatch(tag, res, flags):
+        seen.append(tag)
+        if tag % 5 == 4:
+            raise RuntimeError("dispatch failed")
+    try:
+        assert ring.mem is not None
+        tag = 0
+        for rnd in range(12):
+            for _ in range(3):
+                ring.prep_nop(tag)
+                tag += 1
+            ring.submit_and_wait(2)
+            while ring.ready():
+                try:
+                    ring.reap(dispatch)
+                except RuntimeError:
+                    pass
+    finally:
+        ring.close()
+    assert seen == list(range(36))     # each once, in order, none lost or repeated
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_more_sqes_than_the_queue_holds_are_submitted_as_it_fills(memory):
+    from pulsys.platform.uring import Ring
+    ring = Ring(4, "ring", memory=memory)     # 4 SQEs, 8 CQEs: reaped between batches
+    seen = []
+    try:
+        for rnd in range(5):
+            for i in range(7):                 # the 5th of 7 finds the queue full
+                ring.prep_nop(rnd * 10 + i)
+            while len(seen) < 7 * (rnd + 1) and ring.submit_and_wait(2):
+                ring.reap(lambda tag, res, flags: seen.append(tag))
+    finally:
+        ring.close()
+    assert seen == [r * 10 + i for r in range(5) for i in range(7)]
