@@ -264,3 +264,20 @@ def test_a_turn_of_fused_hits_is_counted_like_the_general_step(rig):
     assert tally // ONE == n and tally & BYTES == n * size
     assert r.served == {"sha256/" + SHA: r.now}
     assert log.buffered() == n and len(log.buf) == 1 and not r._turn_hits
+
+
+def test_a_fused_hit_that_fails_accounts_for_its_recv_and_closes_only_its_connection(rig):
+    # the recv completed, then preparing the answer failed: the connection must not be
+    # left counting an operation in flight that is not (it would never be freed)
+    served(rig), served(rig)
+    r = rig.reactor
+
+    def broken(data, conn):
+        raise OSError(16, "io_uring submission queue full")
+    rig.ring.prep_fused = broken
+    rig.dispatch = r.make_dispatch()
+    errors, inflight = r.counters[M.INTERNAL_ERRORS], rig.conn.inflight
+    rig.deliver()                       # (its recv completing: in flight one more, then this)
+    assert r.counters[M.INTERNAL_ERRORS] == errors + 1
+    assert rig.conn.inflight == inflight and not rig.conn.recv_pending
+    assert rig.conn.fd not in r.conns
