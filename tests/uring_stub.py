@@ -33,6 +33,9 @@ class RecordingRing:
     def fused_data(self, data):
         return data
 
+    def prep_fused_recv(self, conn):
+        pass
+
     def prep_fused(self, data, conn):
         self.sent.append(data)
 

@@ -252,6 +252,10 @@ class Ring:
         def fused_data(data):
             return data
 
+        def recv_fused(conn):
+            # the recv of fused_conn alone (after an answer that did not go as a pair)
+            recv(conn[0], conn[1], conn[3])
+
         def send_recv(data, conn):
             fd, buf, send_tag, recv_tag = conn
             s = get_sqe(r) or sqe()
@@ -288,6 +292,7 @@ class Ring:
         self.prep_recv = recv
         self.prep_send = send
         self.fused_conn, self.fused_data, self.prep_fused = fused_conn, fused_data, send_recv
+        self.prep_fused_recv = recv_fused
         self.submit = do_submit
         self.get_events = get_events
         self.submit_and_wait = submit_and_wait
@@ -351,6 +356,14 @@ class Ring:
         def fused_data(data):
             return id(data) + _BYTES_DATA, len(data) | waitall      # data: bytes
 
+        def recv_fused(conn):
+            nonlocal off, pend
+            if pend >= limit:
+                free(1)
+            sqes[off:off + 64] = conn[2]
+            off = off + 64 if off != last else 0
+            pend += 1
+
         def send_recv(data, conn):
             nonlocal off, pend
             if pend > limit - 2:
@@ -390,28 +403,45 @@ class Ring:
         def nop(tag):
             put(OP_NOP, 0, 0, -1, 0, 0, 0, 0, tag)
 
+        # Enters that do not wait go through the binding's io_uring_enter2: it holds the
+        # GIL, which costs nothing when the call does not block, and it is a third of a
+        # ctypes call's cost, whose GIL release and reacquire also let the process's other
+        # threads in on every turn (measured: bench_warm, docs/decisions/0021). to_submit
+        # is exactly what the kernel has not consumed: given more, io_uring_enter returns
+        # before it runs the completions queued for this thread.
+        ring_fd, enter2, getevents = self.fd, L.io_uring_enter2, L.IORING_ENTER_GETEVENTS
+
+        def unconsumed():
+            flush()
+            return (ktail - sq_khead.value) & u32
+
         def submit():
-            n = flush()
+            n = unconsumed()
             if not n:
                 return 0
             self.enters += 1
-            got = self._sys(NR_IO_URING_ENTER, self.fd, n, 0, 0, None, 0)
-            return got if got >= 0 else -ctypes.get_errno()
+            try:
+                return enter2(ring_fd, n, 0, 0, None, 0)
+            except OSError as e:     # (EAGAIN, EBUSY: they stay queued for the next enter)
+                return -(e.errno or 1)
 
         def get_events():
             # "ring" mode: submit and run the completions queued as task work (see the
             # binding's version in __init__), nothing to wait for
-            n = flush()
+            n = unconsumed()
             if n:
                 self.enters += 1
-                enter(0, 0.0, n)
+                try:
+                    enter2(ring_fd, n, 0, getevents, None, 0)
+                except OSError:
+                    pass
 
         def submit_and_wait(timeout):
             # one enter that submits exactly the flushed SQEs (the kernel skips the wait
             # if it submits fewer: io_uring_enter returns at once when io_submit_sqes !=
             # to_submit), runs the completions queued for this thread and sleeps only if
             # none of them posted a CQE
-            n = flush()
+            n = unconsumed()
             self.enters += 1
             return wait_result(enter(1, timeout, n))
 
@@ -449,6 +479,7 @@ class Ring:
 
         self._sqe = None
         self.fused_conn, self.fused_data, self.prep_fused = fused_conn, fused_data, send_recv
+        self.prep_fused_recv = recv_fused
         self.prep_recv, self.prep_send = recv, send
         self.prep_accept, self.prep_poll_out, self.prep_poll_in_multishot, self.prep_nop = (
             accept, poll_out, poll_in_multishot, nop)

@@ -3,10 +3,9 @@ backend (the loop itself is ReactorBase.run).
 
 One I/O turn, where the kernel has IORING_SETUP_DEFER_TASKRUN (6.1+; Ring.wait_mode
 "ring", platform/uring.py): one io_uring_enter submits every SQE prepared since the last
-turn and runs the completions queued for this thread; when no completion was ready and
-no post waits in the mailbox, that same enter may sleep, without the GIL
-(Ring.submit_and_wait: liburing's submit is done by hand so the enter can be a ctypes
-call); then reap. The mailbox wakes that sleep through a multishot POLL_ADD on its
+turn and runs the completions queued for this thread; only when no completion is ready
+and no post waits in the mailbox does the thread sleep, in io_uring_enter itself, without
+the GIL; then reap. The mailbox wakes that sleep through a multishot POLL_ADD on its
 wake-up socket, on the ring. Elsewhere ("epoll"): submit, sleep in epoll on the ring fd
 and the mailbox when nothing is ready, reap. The liburing binding holds the GIL inside
 io_uring_enter, so neither sleeps through it (other threads, the fill pool and the
@@ -91,19 +90,19 @@ class UringReactor(ReactorBase):
         ring = self.ring
         ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
         # the turn runs once per loop pass: what it uses is bound here, once
-        get_events, ready, reap, submit_and_wait = ring.get_events, ring.ready, ring.reap, ring.submit_and_wait
+        get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
         hits, fold = self._turn_hits, self.fold_hits
 
         def turn():
+            get_events()
             # Never sleep with a completion ready (reap takes at most its cap per turn) or a
             # post queued. Completions still queued as task work need no check here: the
-            # wait runs them first and sleeps only if none of them posted a CQE. Under load
-            # that wait returns at once, so a turn is one io_uring_enter either way.
-            if ready() or pending():
-                get_events()
-            else:
-                submit_and_wait(IDLE_WAIT)
+            # wait runs them first and sleeps only if none of them posted a CQE. (One enter
+            # that submits and sleeps, Ring.submit_and_wait, measured worse under load: it
+            # is a ctypes call on every turn, where get_events is a cheap one holding the GIL.)
+            if not ready() and not pending():
+                wait(IDLE_WAIT)
             self.now = monotonic()
             reap(dispatch)
             if hits:
@@ -168,14 +167,14 @@ class UringReactor(ReactorBase):
             return False
         if conn.rstart == conn.rend:
             conn.rstart = conn.rend = 0
-            buf = conn.rbuf
             conn.recv_ibuf = False
+            self.ring.prep_fused_recv(conn.rop or self._conn_op(conn))
         else:
             buf = conn.ibuf
             if buf is None:
                 buf = conn.ibuf = bytearray(IBUF_SIZE)
             conn.recv_ibuf = True
-        self.ring.prep_recv(conn.fd, buf, (conn.fd << 3) | OP_RECV)
+            self.ring.prep_recv(conn.fd, buf, (conn.fd << 3) | OP_RECV)
         conn.recv_pending = True
         conn.inflight += 1
         self.counters[M.URING_SQES] += 1
@@ -241,7 +240,7 @@ class UringReactor(ReactorBase):
         docs/benchmarks.md, issue 18)."""
         conns_get, answers_get, genv, gate = self.conns.get, self.answers.get, self.genv, self.gate
         ring = self.ring
-        send_recv, fused_conn, fused_data = ring.prep_fused, ring.fused_conn, ring.fused_data
+        send_recv, conn_op, fused_data = ring.prep_fused, self._conn_op, ring.fused_data
         turn_hit, general = self._turn_hit, self._dispatch
         remember, hit_file = self.step.remember, self._hit_file
         me = self
@@ -272,7 +271,7 @@ class UringReactor(ReactorBase):
                         # inflight and recv_pending stay as they are
                         rop, ref = conn.rop, a.ref
                         if rop is None:
-                            rop = conn.rop = fused_conn(conn.fd, conn.rbuf, tag + _SEND_FROM_RECV, tag)
+                            rop = conn_op(conn)
                         if ref is None:
                             ref = a.ref = fused_data(out)
                         send_recv(ref, rop)
@@ -293,6 +292,14 @@ class UringReactor(ReactorBase):
                     conn.recv_pending = False
                 me.internal_error(conn)
         return dispatch
+
+    def _conn_op(self, conn):
+        """The connection's part of its fused sends and recvs (Ring.fused_conn), made
+        once per read buffer: Conn.rop, which step.grow drops with the buffer it replaces."""
+        fd = conn.fd
+        tag = (fd << 3) | OP_RECV
+        rop = conn.rop = self.ring.fused_conn(fd, conn.rbuf, tag + _SEND_FROM_RECV, tag)
+        return rop
 
     def _dispatch(self, tag, res, flags):
         """Every completion the fused hit does not take (make_dispatch)."""
@@ -479,8 +486,7 @@ class UringReactor(ReactorBase):
         if n == left:
             # all sent: counted and logged with the turn's other fused hits (fold_hits)
             self.fdcache.release(path, ffd)
-            fd = conn.fd
-            self.ring.prep_recv(fd, conn.rbuf, (fd << 3) | OP_RECV)
+            self.ring.prep_fused_recv(conn.rop or self._conn_op(conn))
             conn.recv_pending = True
             conn.inflight += 1
             self._turn_hit(a)

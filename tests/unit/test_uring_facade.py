@@ -222,11 +222,17 @@ def test_the_fused_pair_sends_then_receives_through_memory_and_the_binding_alike
             while len(got) == i and ring.wait(2):
                 ring.reap(lambda tag, res, flags: got.append((tag, res)))
             assert got[i] == ((a.fileno() << 3) | OP_RECV, 6) and bytes(buf[:6]) == b"next %d" % i
+        ring.prep_fused_recv(conn)              # the recv alone, as after a file answer
+        ring.submit()
+        b.send(b"last")
+        while len(got) == 9 and ring.wait(2):
+            ring.reap(lambda tag, res, flags: got.append((tag, res)))
+        assert got[9] == ((a.fileno() << 3) | OP_RECV, 4) and bytes(buf[:4]) == b"last"
     finally:
         a.close()
         b.close()
         ring.close()
-    assert len(got) == 9        # no completion of the sends (CQE_SKIP_SUCCESS)
+    assert len(got) == 10       # no completion of the sends (CQE_SKIP_SUCCESS)
 
 
 def test_reap_through_memory_consumes_what_it_dispatched_when_dispatch_raises():
