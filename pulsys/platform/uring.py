@@ -207,8 +207,6 @@ class Ring:
             except OSError:
                 self._setup(entries, 0)
             self.wait_mode = "epoll"
-        if self.wait_mode == "epoll":
-            self._wait_args()           # (submit through RingMemory enters with ctypes too)
         self._cqe = L.Cqe()
         self.enters = 0             # io_uring_enter calls made by submit(), get_events(), wait()
         r = self._ring
