@@ -43,7 +43,7 @@ def get_logger(component):
 class AccessLog:
     """Per-reactor buffer of access-log records: (t0, (method, target, status, bytes,
     outcome), seconds) tuples, t0 on the monotonic clock, one per request of the general
-    step; and the text of a loop turn's fused hits, formatted at once (add_turn).
+    step; and the text of loop turns' fused hits, formatted at once (add_turns).
 
     The reactor appends and, at the end of a loop turn that left at least BATCH lines,
     formats them itself (format_ready: ~1.1-1.4 us a record, cache-warm and without a GIL
@@ -54,7 +54,7 @@ class AccessLog:
     writer falls behind, the oldest records (more than `maxlen`) or chunks are dropped,
     never the reactor slowed."""
 
-    __slots__ = ("buf", "append", "chunks", "lock", "lines", "add_turn", "held")
+    __slots__ = ("buf", "append", "chunks", "lock", "lines", "add_turns", "held")
     BATCH = 256
 
     def __init__(self, maxlen=1 << 17):
@@ -63,23 +63,26 @@ class AccessLog:
         self.chunks = collections.deque(maxlen=max(1, maxlen // self.BATCH))
         self.lock = threading.Lock()   # records leave buf and enter chunks in order
         self.lines = None              # the formatter of the writer that drains this buffer
-        # add_turn(answers, distinct, t0, took): the fused hits of one loop turn
-        # (warm.Answer each, `.log` its record's fixed part; `distinct` holds each Answer
-        # among them once), all begun at `t0` and sent `took` seconds later, into the
-        # buffer in request order with the records around it. Until a writer drains this
-        # buffer, as records (the general step's); the writer sets its own, which adds
-        # one text for all of them (AccessLogWriter._turn_adder).
-        self.add_turn = self._turn_records
+        # add_turns(answers, marks, distinct): the fused hits of loop turns (warm.Answer
+        # each, `.log` its record's fixed part; `distinct` holds each Answer among them
+        # once), turn by turn: `marks` holds (t0, took, end) per turn, its hits being
+        # answers[previous end:end], all begun at `t0` and sent `took` seconds later;
+        # into the buffer in request order with the records around it. Until a writer
+        # drains this buffer, as records (the general step's); the writer sets its own,
+        # which adds one text for all of them (AccessLogWriter._turn_adder).
+        self.add_turns = self._turn_records
         self.held = 0                  # lines in buf beyond one per item (turn texts)
 
     def buffered(self):
         """Lines waiting in buf (the reactor formats them once BATCH wait)."""
         return len(self.buf) + self.held
 
-    def _turn_records(self, answers, distinct, t0, took):
-        append = self.append
-        for a in answers:
-            append((t0, a.log, took))
+    def _turn_records(self, answers, marks, distinct):
+        append, start = self.append, 0
+        for t0, took, end in marks:
+            for a in answers[start:end]:
+                append((t0, a.log, took))
+            start = end
 
     def format_ready(self):
         """Format every record buffered now into one chunk for the writer (the reactor's
@@ -141,7 +144,7 @@ class AccessLogWriter(threading.Thread):
         self._clock = (0.0, 0.0)    # (monotonic time to read it again, wall minus monotonic)
         for b in buffers:
             b.lines = self.lines
-            b.add_turn = self._turn_adder(b)
+            b.add_turns = self._turn_adder(b)
 
     def run(self):
         while not self._halt.wait(self.interval):
@@ -208,44 +211,51 @@ class AccessLogWriter(threading.Thread):
         return "".join(out)
 
     def _turn_adder(self, log):
-        """-> log.add_turn (AccessLog) for this writer: the lines of one turn's fused hits
-        as one text. They share the turn's timestamp and duration, so only each answer's
-        fixed part differs (kept on the Answer, set here for each of `distinct` that has
-        none yet), and the JSON lines end in one shared tail: the text is one str.join
-        over a C map of the parts (~0.05 us a line against ~1.1 for a line of its own).
-        One closure, its state in cells, the timestamp's text made by concatenation
-        from strings made once a second and at import (a %-format of the tail alone was
-        ~3,700 of the ~13,500 instructions a turn's text took as a method: valgrind,
-        docs/benchmarks.md, issue 18). Called by the reactor, for its own Answers."""
+        """-> log.add_turns (AccessLog) for this writer: the lines of loop turns' fused
+        hits as one text. A turn's hits share its timestamp and duration, so only each
+        answer's fixed part differs (kept on the Answer, set here for each of `distinct`
+        that has none yet), and the JSON lines of a turn end in one shared tail: a turn's
+        text is one str.join over a slice of the parts (~0.05 us a line against ~1.1 for
+        a line of its own). One closure, its state in cells, the timestamp's text made by
+        concatenation from strings made once a second and at import (a %-format of the
+        tail alone was ~3,700 of the ~13,500 instructions a turn's text took as a method:
+        valgrind, docs/benchmarks.md, issue 18). Called by the reactor, for its own Answers."""
         append, memo, fixed, js, second = log.buf.append, self._memo, self._fixed, self.json, self._second
         durs, ndurs, d3, getpart = _DURS, _NDURS, _D3, _LOGPART
         until = off = 0.0      # when to read the wall clock's offset from the monotonic one again
         sec, prefix = None, ""   # the second of the last turn, and its text with what precedes it
 
-        def add_turn(answers, distinct, t0, took):
+        def add_turns(answers, marks, distinct):
             nonlocal until, off, sec, prefix
             for a in distinct:
                 if a.logpart is None:
                     a.logpart = memo.get(a.log) or fixed(a.log)
-            if t0 >= until:
-                off = time.time() - time.monotonic()
-                until = t0 + 1.0
-            wall = t0 + off
-            s = int(wall)
-            if s != sec:
-                sec = s
-                prefix = _JSON_STAMP + second(s) + "." if js else second(s) + "."
-            u = int((wall - s) * 1e6)
-            us = int(took * 1e6 + 0.5)
-            dur = durs[us] if us < ndurs else "%d.%03d" % divmod(us, 1000)
-            if js:
-                tail = dur + prefix + d3[u // 1000] + d3[u % 1000] + _JSON_END
-                append(tail.join(map(getpart, answers)) + tail)
-            else:
-                head = prefix + d3[u // 1000] + d3[u % 1000] + _CONSOLE_EVENT
-                append("".join([head + p[0] + dur + p[1] for p in map(getpart, answers)]))
+            parts = list(map(getpart, answers))
+            out = []
+            start = 0
+            for t0, took, end in marks:
+                if t0 >= until:
+                    off = time.time() - time.monotonic()
+                    until = t0 + 1.0
+                wall = t0 + off
+                s = int(wall)
+                if s != sec:
+                    sec = s
+                    prefix = _JSON_STAMP + second(s) + "." if js else second(s) + "."
+                u = int((wall - s) * 1e6)
+                us = int(took * 1e6 + 0.5)
+                dur = durs[us] if us < ndurs else "%d.%03d" % divmod(us, 1000)
+                if js:
+                    tail = dur + prefix + d3[u // 1000] + d3[u % 1000] + _JSON_END
+                    out.append(tail.join(parts[start:end]))
+                    out.append(tail)
+                else:
+                    head = prefix + d3[u // 1000] + d3[u % 1000] + _CONSOLE_EVENT
+                    out.append("".join([head + p[0] + dur + p[1] for p in parts[start:end]]))
+                start = end
+            append("".join(out))
             log.held += len(answers) - 1
-        return add_turn
+        return add_turns
 
     def stop(self):
         self._halt.set()

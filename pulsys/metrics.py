@@ -131,6 +131,19 @@ def observe(c, base, seconds, n=1, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, 
     c[base + _sum] += int(seconds * 1e6) * n
 
 
+def observe_turns(c, base, marks, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):
+    """observe() for loop turns of requests: `marks` holds (t0, seconds, end) per turn,
+    the turn's requests being those from the previous turn's `end` (0 for the first)
+    up to its own, each taking `seconds` (UringReactor.fold_hits)."""
+    start = total = 0
+    for _, seconds, end in marks:
+        n = end - start
+        c[base + _bisect(_bounds, seconds)] += n
+        total += int(seconds * 1e6) * n
+        start = end
+    c[base + _sum] += total
+
+
 def histograms(lists):
     """{kind: {"buckets": [[le, cumulative count], ...], "count": n, "sum": seconds}}
     summed over counter lists (one per reactor or worker row)."""

@@ -299,6 +299,7 @@ class Peer:
     """One measured endpoint: a server process (tree) listening on 127.0.0.1:port."""
     server = variant = ""
     max_size = float("inf")      # larger files are not measured on this peer
+    start_timeout = 30.0         # seconds to answer after spawn (longer under valgrind)
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -413,7 +414,7 @@ class Pulsys(Peer):
         cmd = self.cmd()
         # Product defaults (access log on, JSON), stderr discarded as in production.
         self.spawn(cmd, cwd=self.root)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 # Run the same command again with stderr captured, for its one-line reason.
@@ -429,7 +430,7 @@ class Pulsys(Peer):
                 return
             except OSError:
                 time.sleep(0.05)
-        raise Unavailable("pulsys did not answer /healthz within 30 s")
+        raise Unavailable("pulsys did not answer /healthz within %d s" % self.start_timeout)
 
 
 class NginxStatic(Peer):
@@ -457,7 +458,7 @@ class NginxStatic(Peer):
             f.write(self.config)
         err = os.path.join(self.dir, "error.log")
         self.spawn(pin(0) + [nginx, "-c", conf, "-p", self.dir + "/", "-e", err])
-        if not wait_port(self.port, self.proc):
+        if not wait_port(self.port, self.proc, self.start_timeout):
             raise Unavailable("nginx did not start: %s" % tail(err))
 
 
@@ -556,7 +557,7 @@ class UringFloor(Peer):
             self.spawn(pin(0) + [sys.executable, os.path.join(PEERS_DIR, "uring_floor.py"),
                                  "--port", str(self.port), "--root", self.ctx.www],
                        stdout=logf, stderr=subprocess.STDOUT)
-        if not wait_port(self.port, self.proc):
+        if not wait_port(self.port, self.proc, self.start_timeout):
             raise Unavailable("uring_floor.py did not start: %s" % tail(out))
 
 
@@ -582,7 +583,7 @@ class UringRef(Peer):
             self.spawn(pin(0) + [sys.executable, src, str(self.port),
                                  os.path.join(self.ctx.www, REPO, "resolve", "main"), "mem"],
                        stdout=logf, stderr=subprocess.STDOUT)
-        if not wait_port(self.port, self.proc):
+        if not wait_port(self.port, self.proc, self.start_timeout):
             raise Unavailable("%s did not start: %s" % (self.script, tail(out)))
 
 

@@ -4,12 +4,14 @@ same code move by 2x between runs.
 
 The reactor runs against tests/uring_stub.py's recording ring (no kernel): each turn
 hands it K recv completions of one remembered 4 KiB answer (a keyed request, the Gate
-on), then folds the turn (counters, histogram, LRU time, per-repo downloads and the
-JSON access-log text, written to /dev/null). The count is the difference between a run
+on), then ends the turn as the loop does under load: marks it, and folds the turns so far
+(counters, histogram, LRU time, per-repo downloads and the JSON access-log text, written
+to /dev/null) once FOLD_AT hits wait (trees before that: folds every turn). The count is the difference between a run
 of N turns and a run of none, divided by N * K; what the rig itself does per hit (copy
 the request into the buffer) is included, the same for both trees.
 
     python scripts/rig_instructions.py --hits-per-turn 1,7,20 [--tree DIR ...]
+    python scripts/rig_instructions.py --ring memory --hits-per-turn 7 --without access-log,auth,fold
 
 --tree adds a source tree (e.g. a worktree of another commit: git worktree add --detach
 DIR COMMIT) to count beside this one. Needs valgrind (Debian package).
@@ -26,7 +28,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def child(tree, k, turns, ring="record"):
+# --without: a feature the issue keeps on, taken off, to count what it costs a hit
+WITHOUT = {
+    "access-log": "no access-log text (the reactor's AccessLog set to None)",
+    "auth": "no --auth required: no Authorization header, no Gate",
+    "fold": "no fold at all: no counters, histogram, LRU time, per-repo downloads or log",
+}
+
+
+def child(tree, k, turns, ring="record", without="none"):
     sys.path.insert(0, tree)
     import pathlib
     import tempfile
@@ -42,13 +52,18 @@ def child(tree, k, turns, ring="record"):
     key = new_key()[0]
     req = (b"GET /org/m/resolve/main/f.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: huggingface_hub/1.0\r\n"
            b"Authorization: Bearer %s\r\n\r\n" % key.encode())
+    gate = Gate({key_id(key): (digest(key), "read")})
+    if without == "auth":   # as long a head: the same bytes to copy and hash
+        req, gate = req.replace(b"Authorization: Bearer", b"X-Nothing-Here:Bearer"), None
     tmp = tempfile.mkdtemp(prefix="rig-instructions-")
     rig = FusedHitRig(pathlib.Path(tmp), req, "0123456789abcdef0123456789abcdef01234567", "ab" * 32,
-                      gate=Gate({key_id(key): (digest(key), "read")}))
+                      gate=gate)
     r, conn = rig.reactor, rig.conn
     log = AccessLog()
     AccessLogWriter([log], "json", open(os.devnull, "w"))
     r.access_log, r.access = log, log.append
+    if without == "access-log":
+        r.access_log = None
     if hasattr(r, "access_turn"):   # trees before the writer set AccessLog.add_turn
         r.access_turn = log.add_turn
     unprepare = lambda: None       # noqa: E731
@@ -76,19 +91,36 @@ def child(tree, k, turns, ring="record"):
     n, tag, rbuf, mono = len(req), rig.tag, conn.rbuf, time.monotonic
     sent = rig.ring.sent
 
+    hits, fold = r._turn_hits, r.fold_hits
+    marks = getattr(r, "_turn_marks", None)   # trees before turns were folded together: None
+    if marks is not None:
+        from pulsys.reactor.uring import FOLD_AT
+        mark, marked = marks.append, r._marked
+
     def turn():
+        now = r.now = mono()
         for _ in range(k):
             rbuf[0:n] = req
             conn.inflight += 1
             dispatch(tag, n, 0)
         unprepare()
-        r.now = mono()
-        r.fold_hits()
+        if without == "fold":
+            hits.clear()
+        elif marks is None:
+            fold()
+        else:                   # as the loop's turn ends under load (it never sleeps here)
+            m = len(hits)
+            if m != marked[0]:
+                mark((now, mono() - now, m))
+                marked[0] = m
+                if m >= FOLD_AT:
+                    fold()
         if log.buffered() >= log.BATCH:
             log.format_ready()
             log.chunks.clear()
     for _ in range(50):
         turn()
+    fold()
     assert not r._turn_hits and (ring != "record" or len(sent) == 50 * k)
     for _ in range(turns):
         turn()
@@ -96,9 +128,9 @@ def child(tree, k, turns, ring="record"):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collected(tree, k, turns, ring):
+def collected(tree, k, turns, ring, without="none"):
     p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                        os.path.abspath(__file__), "--child", tree, str(k), str(turns), ring],
+                        os.path.abspath(__file__), "--child", tree, str(k), str(turns), ring, without],
                        capture_output=True, text=True)
     m = re.search(r"Collected : (\d+)", p.stderr)
     if p.returncode != 0 or m is None:
@@ -107,8 +139,8 @@ def collected(tree, k, turns, ring):
 
 
 def main():
-    if len(sys.argv) == 6 and sys.argv[1] == "--child":
-        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    if len(sys.argv) == 7 and sys.argv[1] == "--child":
+        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hits-per-turn", default="1,7,20")
     ap.add_argument("--hits", type=int, default=30000, help="hits counted per run (default 30000)")
@@ -117,14 +149,22 @@ def main():
                     help="record: tests/uring_stub.py's recording ring (the reactor's Python "
                          "alone); memory or binding: a real ring whose SQEs are written through "
                          "RingMemory or the liburing binding, dropped unsubmitted each turn")
+    ap.add_argument("--without", default="none", help="comma-separated, counted one at a time beside the "
+                    "whole: " + "; ".join("%s = %s" % kv for kv in WITHOUT.items()))
     a = ap.parse_args()
+    variants = ["none"] + [w for w in a.without.split(",") if w != "none"]
+    for w in variants:
+        if w != "none" and w not in WITHOUT:
+            ap.error("unknown --without %r (choose from %s)" % (w, ", ".join(WITHOUT)))
     if not shutil.which("valgrind"):
         raise SystemExit("rig_instructions: error: valgrind not found (apt-get install valgrind)")
     for k in [int(x) for x in a.hits_per_turn.split(",")]:
         turns = max(1, a.hits // k)
         for tree in [ROOT] + [os.path.abspath(t) for t in a.tree]:
-            per_hit = (collected(tree, k, turns, a.ring) - collected(tree, k, 0, a.ring)) / (turns * k)
-            print("%-40s %-7s %3d hits a turn: %7.0f instructions a hit" % (tree, a.ring, k, per_hit), flush=True)
+            for w in variants:
+                per_hit = (collected(tree, k, turns, a.ring, w) - collected(tree, k, 0, a.ring, w)) / (turns * k)
+                print("%-40s %-7s %3d hits a turn: %7.0f instructions a hit%s" % (
+                    tree, a.ring, k, per_hit, "" if w == "none" else ", without " + w), flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from pulsys.reactor.step import grow
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
 _SEND_FROM_RECV = OP_SEND - OP_RECV     # a connection's send tag from its recv tag
 IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
+FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits; the loop folds before it sleeps)
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
                                                   M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
@@ -71,9 +72,13 @@ class UringReactor(ReactorBase):
         self.zombies = {}
         self.family = self.listener.family
         self.answers = self.step.answers     # read per fused hit (one attribute, not two)
-        self._turn_hits = []                 # this turn's fused hits, in order (fold_hits)
+        self._turn_hits = []                 # fused hits not yet folded, in order (fold_hits)
         self._turn_hit = self._turn_hits.append
-        self._turn_counts = {}               # fold_hits: Answer -> its hits this turn
+        self._turn_marks = []                # per turn among them: (t0, seconds, end index)
+        self._marked = [0]                   # len(_turn_hits) at the last mark
+        self._turn_counts = {}               # fold_hits: Answer -> its hits in the fold
+        if self.access is not None:
+            self.access = self._access_in_order(self.access)
 
     # -- the I/O turn ------------------------------------------------------------------
 
@@ -92,7 +97,7 @@ class UringReactor(ReactorBase):
         # the turn runs once per loop pass: what it uses is bound here, once
         get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
-        hits, fold = self._turn_hits, self.fold_hits
+        hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
 
         def turn():
             get_events()
@@ -102,11 +107,17 @@ class UringReactor(ReactorBase):
             # that submits and sleeps, Ring.submit_and_wait, measured worse under load: it
             # is a ctypes call on every turn, where get_events is a cheap one holding the GIL.)
             if not ready() and not pending():
+                if hits:
+                    fold()        # while the sends just submitted travel, not before them
                 wait(IDLE_WAIT)
-            self.now = monotonic()
+            now = self.now = monotonic()
             reap(dispatch)
-            if hits:
-                fold()
+            n = len(hits)
+            if n != marked[0]:
+                mark((now, monotonic() - now, n))
+                marked[0] = n
+                if n >= FOLD_AT:
+                    fold()
             c[_ENTER] = ring.enters
         return turn
 
@@ -118,11 +129,13 @@ class UringReactor(ReactorBase):
         ep.register(wake, select.EPOLLIN)
         submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
         pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self.dispatch, self.counters
-        hits, fold = self._turn_hits, self.fold_hits
+        hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
 
         def turn():
             submit()
             if not ready() and not pending():
+                if hits:
+                    fold()
                 ev = poll(IDLE_WAIT)
                 if ev and (len(ev) > 1 or ev[0][0] == wake):
                     # the wake-up socket can be readable with nothing queued: a post made
@@ -130,14 +143,31 @@ class UringReactor(ReactorBase):
                     # ran. Read it now, or epoll reports it on every turn and the loop
                     # spins until the next post (tests/unit/test_reactor_loop.py).
                     drain()
-            self.now = monotonic()
+            now = self.now = monotonic()
             reap(dispatch)
-            if hits:
-                fold()
+            n = len(hits)
+            if n != marked[0]:
+                mark((now, monotonic() - now, n))
+                marked[0] = n
+                if n >= FOLD_AT:
+                    fold()
             c[_ENTER] = ring.enters
         return turn
 
+    def _access_in_order(self, append):
+        """The general step's access-log append, after the fused hits served before it
+        are folded: the log keeps the order in which requests were answered."""
+        hits, fold = self._turn_hits, self.fold_hits
+
+        def access(record):
+            if hits:
+                fold()
+            append(record)
+        return access
+
     def io_close(self):
+        if self._turn_hits:
+            self.fold_hits()
         ring = self.ring
         ring.submit()
         if self.epoll is not None:
@@ -410,23 +440,30 @@ class UringReactor(ReactorBase):
             self.advance(conn)
 
     def fold_hits(self):
-        """Count and log the fused hits of this turn, in one pass at its end.
+        """Count and log the fused hits served since the last fold, in one pass.
 
-        Their sends are all submitted by the next turn's first io_uring_enter, so they
-        share one time: each started when the turn began (`now`, taken once after the
-        wait, as nginx takes its clock once per event-loop pass: its `timer_resolution`
+        A turn's sends are all submitted by the next turn's first io_uring_enter, so its
+        hits share one time: each started when the turn began (`now`, taken once after
+        the wait, as nginx takes its clock once per event-loop pass: its `timer_resolution`
         directive documents gettimeofday() "each time a kernel event is received") and
-        took until now, which is what the histogram and the access log record for each.
-        A turn's hits are mostly the same few Answers (a busy cache answers the same
-        files over and over), so they are counted per distinct Answer: collections'
-        C helper _count_elements tallies them into a reused dict, and the Python below
-        runs once per distinct Answer, not per hit (the counters, LRU time, per-repo
-        downloads and access-log record of the general step's book() and _finish() cost
-        ~1.3 us a hit, the log line ~1.1 us more: docs/benchmarks.md, issue 18)."""
-        hits, counts = self._turn_hits, self._turn_counts
-        now = self.now
-        took = monotonic() - now
+        took until the turn's end, which is what the histogram and the access log record
+        for each. The turn only marks where its hits end with those two times; the loop
+        folds before it sleeps (while the sends just submitted travel), at FOLD_AT hits,
+        before the general step logs a request (_access_in_order) and at close. The
+        bookkeeping runs once per fold instead of once per turn: ~24,000 instructions
+        (CPython 3.11, valgrind), three times a hit's own dispatch, at c16's ~7 hits a turn
+        (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
+        answers the same files over and over), so they are counted per distinct Answer:
+        collections' C helper _count_elements tallies them into a reused dict, and the
+        Python below runs once per distinct Answer, not per hit. Hits not yet marked (a
+        caller outside the loop's turn) are one turn that began at `now`."""
+        hits, counts, marks = self._turn_hits, self._turn_counts, self._turn_marks
         n = len(hits)
+        if not n:
+            return
+        now = self.now
+        if self._marked[0] != n:
+            marks.append((now, monotonic() - now, n))
         _count_elements(counts, hits)
         nbytes = fused = cached = sqes = 0
         served, d = self.served, self.downloads
@@ -446,12 +483,14 @@ class UringReactor(ReactorBase):
         c[_BYTES] += nbytes
         c[_FUSED] += fused
         c[_HITS] += cached
-        M.observe(c, H_WARM, took, n)
+        M.observe_turns(c, H_WARM, marks)
         acc = self.access_log
         if acc is not None:
-            acc.add_turn(hits, counts, now, took)   # the writer's, once it drains acc
+            acc.add_turns(hits, marks, counts)   # the writer's, once it drains acc
         counts.clear()
         hits.clear()
+        marks.clear()
+        self._marked[0] = 0
 
     def _hit_file(self, conn, a, t0):
         """A remembered answer whose body is read from the blob file (sizes above the

@@ -103,7 +103,7 @@ def test_lines_formatted_by_the_reactor_and_by_the_writer_keep_record_order():
 
 
 class _Answer:
-    """What AccessLog.add_turn reads of a warm.Answer."""
+    """What AccessLog.add_turns reads of a warm.Answer."""
     def __init__(self, log):
         self.log, self.logpart = log, None
 
@@ -116,7 +116,7 @@ def test_a_turn_of_fused_hits_is_one_text_of_one_line_each_in_order():
     answers = two + two                  # a turn's hits: the same few Answers, in request order
     out = io.StringIO()
     w = AccessLogWriter([a], "json", out)
-    a.add_turn(answers, dict.fromkeys(answers), t0, 0.000123)
+    a.add_turns(answers, [(t0, 0.000123, len(answers))], dict.fromkeys(answers))
     a.append((t0 + 0.5, ("GET", "/after", 200, 1, "hit"), 0.0))
     assert a.buffered() == 6 and len(a.buf) == 3
     w.flush()
@@ -133,14 +133,53 @@ def test_a_turn_in_console_format_and_before_a_writer_exists():
     a = AccessLog()
     t0 = time.monotonic()
     early = [_Answer(("GET", "/early", 200, 7, "hit"))]
-    a.add_turn(early, early, t0, 0.001)                                   # no writer yet
+    a.add_turns(early, [(t0, 0.001, 1)], early)                           # no writer yet
     assert a.buffered() == 1 and a.buf[0][1][1] == "/early"
     out = io.StringIO()
     w = AccessLogWriter([a], "console", out)
     xs = [_Answer(("GET", "/x%d" % i, 200, 7, "hit")) for i in range(2)]
-    a.add_turn(xs, xs, t0, 0.001)
+    a.add_turns(xs, [(t0, 0.001, 2)], xs)
     w.flush()
     got = out.getvalue().splitlines()
     assert len(got) == 3 and all("duration_ms=1.000 " in l and " status=200" in l for l in got)
     assert [l.split("path=")[1].split()[0] for l in got] == ["/early", "/x0", "/x1"]
     assert got[1].split(" [info")[0] == got[2].split(" [info")[0]    # one timestamp per turn
+
+
+def test_turns_folded_together_keep_each_turns_time_and_duration():
+    # three turns in one add_turns: lines in request order, each turn its own timestamp
+    # and duration, the same Answer logged in two turns with that turn's
+    for fmt in ("json", "console"):
+        a = AccessLog()
+        t0 = time.monotonic()
+        f = [_Answer(("GET", "/f%d" % i, 200, 10 + i, "hit")) for i in range(2)]
+        answers = [f[0], f[1], f[0], f[1], f[1]]
+        marks = [(t0, 0.000200, 2), (t0 + 0.25, 0.000300, 3), (t0 + 0.5, 0.003, 5)]
+        out = io.StringIO()
+        w = AccessLogWriter([a], fmt, out)
+        a.add_turns(answers, marks, dict.fromkeys(answers))
+        assert a.buffered() == 5
+        w.flush()
+        got = out.getvalue().splitlines()
+        assert len(got) == 5
+        if fmt == "json":
+            lines = [json.loads(l) for l in got]
+            paths = [l["path"] for l in lines]
+            durs = [l["duration_ms"] for l in lines]
+            stamps = [l["timestamp"] for l in lines]
+        else:
+            paths = [l.split("path=")[1].split()[0] for l in got]
+            durs = [float(l.split("duration_ms=")[1].split()[0]) for l in got]
+            stamps = [l.split(" [info")[0] for l in got]
+        assert paths == ["/f0", "/f1", "/f0", "/f1", "/f1"]
+        assert durs == [0.2, 0.2, 0.3, 3.0, 3.0]
+        assert stamps[0] == stamps[1] and stamps[2] != stamps[1] and stamps[3] == stamps[4] != stamps[2]
+        assert stamps == sorted(stamps)
+
+
+def test_turns_before_a_writer_exists_are_records_of_their_own_turn():
+    a = AccessLog()
+    t0 = time.monotonic()
+    x, y = _Answer(("GET", "/x", 200, 1, "hit")), _Answer(("GET", "/y", 200, 1, "hit"))
+    a.add_turns([x, y, x], [(t0, 0.001, 1), (t0 + 1, 0.002, 3)], [x, y])
+    assert [(r[0] - t0, r[1][1], r[2]) for r in a.buf] == [(0, "/x", 0.001), (1, "/y", 0.002), (1, "/x", 0.002)]

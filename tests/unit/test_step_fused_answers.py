@@ -281,3 +281,62 @@ def test_a_fused_hit_that_fails_accounts_for_its_recv_and_closes_only_its_connec
     assert r.counters[M.INTERNAL_ERRORS] == errors + 1
     assert rig.conn.inflight == inflight and not rig.conn.recv_pending
     assert rig.conn.fd not in r.conns
+
+
+def test_turns_folded_together_count_each_turns_duration(rig):
+    """The loop's turn marks where its fused hits end, with its start and duration, and
+    folds several turns at once (UringReactor._ring_turn, fold_hits): each turn's hits go
+    into the histogram and the access log with that turn's times, counted once."""
+    import io
+    import json
+
+    from pulsys.log import AccessLog, AccessLogWriter
+    r, conn = rig.reactor, rig.conn
+    served(rig)                                 # the first delivery: the general step
+    log = AccessLog()
+    out = io.StringIO()
+    w = AccessLogWriter([log], "json", out)
+    r.access_log, r.access = log, r._access_in_order(log.append)
+    before = list(r.counters)
+    t1 = time.monotonic()
+    for now, k, took in ((t1, 2, 0.0002), (t1 + 0.01, 3, 0.003)):
+        r.now = now
+        for _ in range(k):
+            conn.rbuf[0:len(GET)] = GET
+            conn.inflight += 1
+            rig.dispatch(rig.tag, len(GET), 0)
+        # what the turn does at its end
+        r._turn_marks.append((now, took, len(r._turn_hits)))
+        r._marked[0] = len(r._turn_hits)
+    assert r.counters == before and len(r._turn_hits) == 5
+    r.fold_hits()
+    d = [a - b for a, b in zip(r.counters, before)]
+    assert d[M.REQUESTS] == d[M.FUSED_HEAD_BODY] == 5
+    hist = d[M.H_WARM:M.H_WARM_SUM]
+    assert hist[M.LATENCY_BOUNDS.index(0.00025)] == 2 and hist[M.LATENCY_BOUNDS.index(0.005)] == 3
+    assert sum(hist) == 5 and d[M.H_WARM_SUM] == 2 * 200 + 3 * 3000
+    assert not r._turn_hits and not r._turn_marks and r._marked[0] == 0
+    # a request of the general step logged now comes after them
+    r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
+    w.flush()
+    lines = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert [l["duration_ms"] for l in lines] == [0.2, 0.2, 3.0, 3.0, 3.0, 1.0]
+    assert lines[-1]["path"] == "/general" and lines[0]["timestamp"] < lines[2]["timestamp"]
+
+
+def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
+    from pulsys.log import AccessLog, AccessLogWriter
+    r, conn = rig.reactor, rig.conn
+    served(rig)
+    log = AccessLog()
+    AccessLogWriter([log], "json", None)
+    r.access_log, r.access = log, r._access_in_order(log.append)
+    r.now = time.monotonic()
+    for _ in range(2):                          # fused, not yet folded (no mark: mid-turn)
+        conn.rbuf[0:len(GET)] = GET
+        conn.inflight += 1
+        rig.dispatch(rig.tag, len(GET), 0)
+    requests = r.counters[M.REQUESTS]
+    r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
+    assert r.counters[M.REQUESTS] == requests + 2 and not r._turn_hits
+    assert log.buffered() == 3 and log.buf[-1][1][1] == "/general"

@@ -1,0 +1,267 @@
+"""User-space instructions per warm 4 KiB request of whole servers under real load,
+counted by valgrind (callgrind): pulsys as bench_compare runs it (`--iouring --listeners 1
+--auth required`, JSON access log) against the reference server (`uring-ref`), both
+served real requests over loopback by the C keep-alive client.
+
+Timings of the same Python move by 2x between runs on this shared machine; instruction
+counts do not. Under callgrind a server runs ~30-50x slower while the client does not, so
+each loop turn finds about as many requests ready as there are connections: the
+concurrency here is the batch a turn reaps (c16 on the real machine reaps ~7 a turn,
+c64 ~20, the kernel's cap of deferred task work per enter; the turns per request of
+the real runs are in profile_floors_*.json). Every thread of the server is counted (the
+access-log writer, admin and other threads), from just after a warm-up under load
+until the end of a --duration window:
+
+  1. start the server under `valgrind --tool=callgrind --separate-threads=yes`
+  2. warm: one GET, then --warmup seconds of load at the concurrency
+  3. `callgrind_control --zero`, then --duration seconds of load, `callgrind_control --dump`
+     (both take effect when the server next runs: a few single GETs make it run; they are
+     counted, at most --pokes of them, <0.1% of a window's requests)
+  4. instructions of the window / requests of the window, per thread and per code object
+     (the interpreter, the liburing binding, libc, the rest), and the turns (io_uring
+     enters) per request: pulsys's own counter; the reference's calls of
+     io_uring_submit_and_wait, one per turn
+
+    python scripts/instructions_per_request.py --concurrency 1,7,20 --duration 6
+
+Writes results/<machine>/instructions_per_request_<date>.json (or --out-dir).
+Needs valgrind (Debian package); the liburing binding must set up a ring on this CPU
+(the portable wheel: PULSYS_BENCH_LIBURING_WHEEL, see docs/benchmarks.md).
+"""
+
+import argparse
+import collections
+import datetime
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_compare as B  # noqa: E402
+import provenance  # noqa: E402
+from profile_warm import one_file_ctx  # noqa: E402
+
+SIZE = 4096
+# pulsys started as `python -c BOOT args`: valgrind cannot reserve the index's 256 GiB LMDB
+# map (address space only; a warm hit from the answer memo reads no index page). And the
+# reactor sleeps in epoll (wait mode "epoll"), not in io_uring_enter: valgrind 3.19 keeps
+# its one lock over a thread's blocking io_uring_enter (seen here: the reactor's idle wait
+# held it and every other thread of pulsys stood still), where epoll_wait releases it.
+# Under load a turn does not sleep; the two turns differ in the call that submits
+# (Ring.submit against Ring.get_events) and in the kernel's completion delivery.
+BOOT = ("import runpy, sys; import pulsys.cache.indexdb as i; i.MAP_SIZE = 1 << 30; "
+        "from pulsys.reactor.uring import UringReactor as U; U.__init__.__kwdefaults__['wait'] = 'epoll'; "
+        "sys.argv[0] = 'pulsys'; runpy.run_module('pulsys', run_name='__main__', alter_sys=True)")
+# code objects, by the file a function's code came from (callgrind's fl= names)
+GROUPS = (("interpreter", re.compile(r"libpython|/Python-3[^/]*/")),
+          ("liburing binding", re.compile(r"liburing|zig|PyOZ")),
+          ("libc", re.compile(r"libc\.so|/glibc|sysdeps|/string/|/malloc/|/nptl/|/stdlib/")),
+          ("extension modules", re.compile(r"\.so")))
+
+
+def control(pid, what, poke, pokes):
+    """callgrind_control --zero|--dump PID, the server made to run by GETs meanwhile.
+    -> the number of GETs made (they may fall on either side of the command)."""
+    p = subprocess.Popen(["callgrind_control", what, str(pid)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    made = 0
+    while p.poll() is None and made < pokes:
+        try:
+            poke()
+        except OSError:
+            pass
+        made += 1
+        time.sleep(0.05)
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise SystemExit("instructions_per_request: error: callgrind_control %s did not return" % what)
+    return made
+
+
+def parse_dump(path):
+    """-> (total Ir, {group: Ir}, {function name: calls}) of one callgrind output file."""
+    names, files = {}, {}
+    total, groups, calls = 0, collections.Counter(), collections.Counter()
+    fl = cur = ""        # the function's file, and the file of its code here (fi=/fe=: inlined)
+    cfn = None
+    pending_call = False
+    with open(path, errors="replace") as f:
+        for line in f:
+            c = line[:1]
+            if c.isdigit() or c in "+-*":
+                if pending_call:
+                    pending_call = False      # the cost line of a call: inclusive, not self
+                    continue
+                parts = line.split()
+                if len(parts) >= 2:
+                    ir = int(parts[1])
+                    groups[cur] += ir
+                continue
+            if line.startswith("fl="):
+                fl = cur = _name(files, line[3:].strip())
+            elif line.startswith(("fi=", "fe=")):
+                cur = _name(files, line[3:].strip())
+            elif line.startswith("fn="):
+                cur = fl
+                _name(names, line[3:].strip())
+            elif line.startswith("cfn="):
+                cfn = _name(names, line[4:].strip())
+            elif line.startswith("cfi=") or line.startswith("cfl="):
+                _name(files, line[4:].strip())
+            elif line.startswith("calls="):
+                calls[cfn] += int(line[6:].split()[0])
+                pending_call = True
+            elif line.startswith(("summary:", "totals:")):
+                total = max(total, int(line.split()[1]))
+    by = collections.Counter()
+    for fname, ir in groups.items():
+        for g, rx in GROUPS:
+            if rx.search(fname):
+                by[g] += ir
+                break
+        else:
+            by["other"] += ir
+    return total, dict(by), calls
+
+
+def _name(table, text):
+    """callgrind's name compression: '(id) name' defines, '(id)' refers."""
+    m = re.match(r"\((\d+)\)(?: (.*))?$", text)
+    if not m:
+        return text
+    if m.group(2) is not None:
+        table[m.group(1)] = m.group(2)
+    return table.get(m.group(1), text)
+
+
+def pulsys_enters(peer):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % peer.admin_port, timeout=60) as r:
+        text = r.read().decode()
+    m = re.search(r"^pulsys_uring_enter\S*\s+(\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def measure(ctx, peer, conc, a, outdir):
+    prefix = os.path.join(outdir, "%s-%s-c%d" % (peer.server, peer.variant, conc))
+    spawn = peer.spawn
+
+    def under_callgrind(cmd, _spawn=spawn, **kw):
+        # taskset's CPU list (B.pin) stays first: valgrind runs on the CPU it is given
+        at = 3 if cmd[:1] == ["taskset"] else 0
+        if cmd[at + 1:at + 3] == ["-m", "pulsys"]:
+            cmd = cmd[:at + 1] + ["-c", BOOT] + cmd[at + 3:]
+        _spawn(cmd[:at] + ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                           "--callgrind-out-file=%s.%%p.out" % prefix] + cmd[at:], **kw)
+    peer.spawn = under_callgrind
+    peer.start_timeout = 300.0
+    B.log("%s c%d: starting under callgrind" % (peer.key, conc))
+    try:
+        peer.start()
+        peer.warm()
+        path, header = peer.path(SIZE), peer.header
+
+        def poke():
+            B.http_get(peer.port, path, timeout=30, header=header)
+        B.run_loadgen(ctx.loadgen, peer.port, SIZE, conc, a.warmup, path, header)
+        before = pulsys_enters(peer) if peer.server == "pulsys" else None
+        for old in glob.glob(prefix + ".*"):
+            os.unlink(old)
+        pid = peer.proc.pid
+        control(pid, "--zero", poke, a.pokes)
+        g = B.run_loadgen(ctx.loadgen, peer.port, SIZE, conc, a.duration, path, header)
+        after = pulsys_enters(peer) if peer.server == "pulsys" else None
+        extra = control(pid, "--dump", poke, a.pokes)
+    finally:
+        peer.stop()
+    if "error" in g:
+        return {"server": peer.key, "concurrency": conc, "error": g["error"]}
+    dumps = sorted(p for p in glob.glob(prefix + ".*.out*") if re.search(r"\.out\.\d+(-\d+)?$", p))
+    if not dumps:
+        return {"server": peer.key, "concurrency": conc, "error": "no callgrind dump written"}
+    n = g["requests"]
+    threads, groups, calls, total = [], collections.Counter(), collections.Counter(), 0
+    for d in dumps:
+        t, by, cl = parse_dump(d)
+        if t:
+            threads.append(t)
+        total += t
+        groups.update(by)
+        calls.update(cl)
+    threads.sort(reverse=True)
+    if peer.server == "pulsys":
+        turns = (after - before) if before is not None and after is not None else None
+    else:
+        turns = sum(v for k, v in calls.items() if k and k.endswith("io_uring_submit_and_wait"))
+    row = {"server": peer.key, "concurrency": conc, "requests": n, "pokes_after_zero_at_most": extra,
+           "req_per_s_under_callgrind": round(g["req_per_s"], 1),
+           "instructions_per_request": round(total / n),
+           "by_thread_per_request": [round(t / n) for t in threads],
+           "by_code_per_request": {k: round(v / n) for k, v in sorted(groups.items())},
+           "turns_per_request": round(turns / n, 4) if turns else None}
+    B.log("%-26s c%-3d %7d requests  %6d instructions a request  threads %s  turns/request %s" % (
+        peer.key, conc, n, row["instructions_per_request"], row["by_thread_per_request"][:4],
+        row["turns_per_request"]))
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servers", default="uring-ref,pulsys-iouring")
+    ap.add_argument("--concurrency", default="1,7,20", help="connections, i.e. requests a loop turn reaps")
+    ap.add_argument("--duration", type=float, default=6.0, help="seconds of counted load per cell")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of load before counting")
+    ap.add_argument("--pokes", type=int, default=40, help="most single GETs made to deliver a command")
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--keep-dumps", default=None, metavar="DIR", help="copy the callgrind dumps here "
+                    "(callgrind_annotate reads them: which functions, which thread)")
+    a = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control"):
+        if not shutil.which(tool):
+            raise SystemExit("instructions_per_request: error: %s not found (apt-get install valgrind)" % tool)
+    prov = provenance.provenance()
+    ctx = one_file_ctx(SIZE, a.duration, "pulsys-instr-")
+    outdir = os.path.join(ctx.workdir, "callgrind")
+    os.makedirs(outdir)
+    rows = []
+    try:
+        for conc in B.parse_list(a.concurrency):
+            for name in a.servers.split(","):
+                peer = B.make_peers(ctx, [name])[0]
+                try:
+                    rows.append(measure(ctx, peer, conc, a, outdir))
+                except B.Unavailable as e:
+                    rows.append({"server": peer.key, "concurrency": conc, "error": "unavailable: %s" % e})
+                    B.log("%s: %s" % (peer.key, rows[-1]["error"]))
+    finally:
+        for p in ctx.started:
+            p.stop()
+        if a.keep_dumps:
+            shutil.copytree(outdir, a.keep_dumps, dirs_exist_ok=True)
+        ctx.hub.stop()
+        shutil.rmtree(ctx.workdir, ignore_errors=True)
+    doc = dict(prov, benchmark="instructions_per_request", size=SIZE, duration_s=a.duration, warmup_s=a.warmup,
+               counter="valgrind --tool=callgrind --separate-threads=yes (user-space instructions, every "
+                       "thread of the server process), between callgrind_control --zero and --dump",
+               load="scripts/bench_peers/loadgen.c on CPU 1, servers on CPU 0", rows=rows)
+    name = "instructions_per_request_%s.json" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    if a.out_dir:
+        os.makedirs(a.out_dir, exist_ok=True)
+        path = os.path.join(a.out_dir, name)
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=2)
+    else:
+        path = provenance.write_result(name, doc)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
