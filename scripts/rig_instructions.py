@@ -139,8 +139,8 @@ def collected(tree, k, turns, ring, without="none"):
 
 
 def main():
-    if len(sys.argv) == 7 and sys.argv[1] == "--child":
-        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--child":   # TREE K TURNS RING [WITHOUT]
+        return child(*sys.argv[2:3], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hits-per-turn", default="1,7,20")
     ap.add_argument("--hits", type=int, default=30000, help="hits counted per run (default 30000)")

@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 import time
 
+from tests.debian import apt_install, can_install
+
 START_TIMEOUT = 30.0
 
 
@@ -42,17 +44,12 @@ def ensure_installed():
     bindir = find_bindir()
     if bindir:
         return bindir
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        log = []
-        for cmd, timeout in ((["apt-get", "update", "-qq"], 300),
-                             (["apt-get", "install", "-y", "-qq", "postgresql"], 900)):
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            log.append("$ %s -> %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    if can_install():
+        log = apt_install(["postgresql"], 900)
         bindir = find_bindir()
         if bindir:
             return bindir
-        raise PostgresUnavailable("installing Debian's postgresql package failed:\n" + "\n".join(log))
+        raise PostgresUnavailable("installing Debian's postgresql package failed:\n" + log)
     raise PostgresUnavailable("no PostgreSQL server in /usr/lib/postgresql/*/bin; install Debian's "
                               "postgresql package (apt-get install postgresql), or run the tests as root")
 

@@ -450,9 +450,9 @@ class UringReactor(ReactorBase):
         for each. The turn only marks where its hits end with those two times; the loop
         folds before it sleeps (while the sends just submitted travel), at FOLD_AT hits,
         before the general step logs a request (_access_in_order) and at close. The
-        bookkeeping runs once per fold instead of once per turn: ~24,000 instructions
-        (CPython 3.11, valgrind), three times a hit's own dispatch, at c16's ~7 hits a turn
-        (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
+        bookkeeping runs once per fold instead of once per turn, where it cost ~27,600
+        instructions (CPython 3.11, valgrind), twice a hit's own ~12,800, shared by the ~7
+        hits of a turn at c16 (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
         answers the same files over and over), so they are counted per distinct Answer:
         collections' C helper _count_elements tallies them into a reused dict, and the
         Python below runs once per distinct Answer, not per hit. Hits not yet marked (a

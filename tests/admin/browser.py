@@ -3,12 +3,12 @@ installed with apt-get when missing and the tests run as root (as CI does); driv
 Selenium. A machine that cannot have them fails the test: the console's end-to-end test
 is not optional."""
 
-import os
 import shutil
-import subprocess
 import tempfile
 
 import pytest
+
+from tests.debian import apt_install
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -23,17 +23,10 @@ def ensure_chromium():
     """(chromium, chromedriver) paths; apt-get installs them when missing and possible."""
     if all(_paths()):
         return _paths()
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        try:
-            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
-            subprocess.run(["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"], env=env,
-                           capture_output=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    log = apt_install(["chromium", "chromium-driver"], 600)
     if not all(_paths()):
         pytest.fail("the console's end-to-end test needs Debian's chromium and chromium-driver: "
-                    "apt-get install chromium chromium-driver (as root)")
+                    "apt-get install chromium chromium-driver (as root)\n" + log)
     return _paths()
 
 

@@ -17,6 +17,8 @@ import threading
 
 import pytest
 
+from tests.debian import apt_install, can_install
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
 sys.path.insert(0, SCRIPTS)
@@ -39,14 +41,9 @@ def ensure_tool(find, package):
     """The tool's path, installing its Debian package when root; None when it cannot be had."""
     if find():
         return find()
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    if not can_install():
         return None
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    try:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=300)
-        subprocess.run(["apt-get", "install", "-y", "-qq", package], env=env, capture_output=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    apt_install([package], 600)
     return find()
 
 
@@ -481,8 +478,44 @@ def test_the_instruction_count_rig_runs_the_reactor_it_counts():
         p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "rig_instructions.py"), "--child", ROOT, "7", "20",
                             ring], capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, (ring, p.stderr[-2000:])
+    # each feature taken off in turn (--without) still runs every hit through the reactor
+    for without in ("access-log", "auth", "fold"):
+        p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "rig_instructions.py"), "--child", ROOT, "7", "20",
+                            "record", without], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (without, p.stderr[-2000:])
 
 
 def uring_usable():
     from pulsys.platform import PlatformFacts
     return PlatformFacts.probe().uring_ok
+
+
+def test_callgrind_dumps_are_summed_by_code_object_and_calls_counted(tmp_path):
+    """scripts/instructions_per_request.py's reader of callgrind's format (name compression,
+    inlined files, call lines whose cost is inclusive and not the caller's own)."""
+    import instructions_per_request as I
+    dump = tmp_path / "x.out.1-01"
+    dump.write_text(
+        "events: Ir\n"
+        "fl=(1) /b/Python-3.11.7/Python/ceval.c\n"
+        "fn=(1) _PyEval_EvalFrameDefault\n"
+        "10 500\n"
+        "fi=(2) /b/Python-3.11.7/Include/object.h\n"
+        "+2 30\n"
+        "fe=(1)\n"
+        "cfl=(3) /site-packages/liburing/liburing.so\n"
+        "cfn=(2) io_uring_submit_and_wait\n"
+        "calls=4 0\n"
+        "12 9999\n"
+        "fl=(3)\n"
+        "fn=(2)\n"
+        "0 200\n"
+        "fl=(4) /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "fn=(3) memcpy\n"
+        "* 70\n"
+        "summary: 800\n"
+        "totals: 800\n")
+    total, by, calls = I.parse_dump(str(dump))
+    assert total == 800
+    assert by == {"interpreter": 530, "liburing binding": 200, "libc": 70}
+    assert calls["io_uring_submit_and_wait"] == 4

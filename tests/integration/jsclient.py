@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from .clients import SCRIPTS_DIR, venv_root
+from tests.debian import apt_install
 
 PACKAGE = "@huggingface/hub@2.17.5"
 
@@ -22,17 +23,11 @@ class JsClientError(RuntimeError):
 def _ensure_node():
     if shutil.which("node") and shutil.which("npm"):
         return
-    log = []
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        for cmd, timeout in ((["apt-get", "update", "-qq"], 300),
-                             (["apt-get", "install", "-y", "-qq", "nodejs", "npm"], 900)):
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            log.append("$ %s -> %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
-        if shutil.which("node") and shutil.which("npm"):
-            return
+    log = apt_install(["nodejs", "npm"], 900)
+    if shutil.which("node") and shutil.which("npm"):
+        return
     raise JsClientError("Node.js and npm are needed for the huggingface.js client: install Debian's "
-                        "nodejs and npm packages, or run the tests as root\n" + "\n".join(log))
+                        "nodejs and npm packages, or run the tests as root\n" + log)
 
 
 def hfjs_dir():
