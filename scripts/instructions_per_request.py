@@ -33,7 +33,6 @@ import argparse
 import collections
 import datetime
 import glob
-import json
 import os
 import re
 import shutil
@@ -253,14 +252,7 @@ def main():
                        "thread of the server process), between callgrind_control --zero and --dump",
                load="scripts/bench_peers/loadgen.c on CPU 1, servers on CPU 0", rows=rows)
     name = "instructions_per_request_%s.json" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    if a.out_dir:
-        os.makedirs(a.out_dir, exist_ok=True)
-        path = os.path.join(a.out_dir, name)
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=2)
-    else:
-        path = provenance.write_result(name, doc)
-    print("wrote", path)
+    print("wrote", provenance.write_result(name, doc, a.out_dir))
 
 
 if __name__ == "__main__":

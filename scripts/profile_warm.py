@@ -16,7 +16,6 @@ Writes results/<machine>/profile_warm_<size>_c<N>_<date>.json with provenance (o
 
 import argparse
 import datetime
-import json
 import os
 import re
 import shutil
@@ -145,14 +144,7 @@ def main():
                load="scripts/bench_peers/loadgen.c on CPU 1, servers on CPU 0", rows=rows)
     name = "profile_warm_%d_c%d_%s.json" % (a.size, a.concurrency,
                                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
-    if a.out_dir:
-        os.makedirs(a.out_dir, exist_ok=True)
-        path = os.path.join(a.out_dir, name)
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=2)
-    else:
-        path = provenance.write_result(name, doc)
-    print("wrote", path)
+    print("wrote", provenance.write_result(name, doc, a.out_dir))
 
 
 if __name__ == "__main__":
