@@ -38,7 +38,9 @@ from pulsys.reactor.step import grow
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
 _SEND_FROM_RECV = OP_SEND - OP_RECV     # a connection's send tag from its recv tag
 IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
-FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits; the loop folds before it sleeps)
+FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits)
+FOLD_IDLE = 0.001   # a pause in the load this long folds them (the counters lag by it at most)
+FOLD_AGE = 0.01     # and so does the first of them being this old when the loop would sleep
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
                                                   M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
@@ -98,6 +100,7 @@ class UringReactor(ReactorBase):
         get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
         hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
+        marks = self._turn_marks
 
         def turn():
             get_events()
@@ -107,9 +110,11 @@ class UringReactor(ReactorBase):
             # that submits and sleeps, Ring.submit_and_wait, measured worse under load: it
             # is a ctypes call on every turn, where get_events is a cheap one holding the GIL.)
             if not ready() and not pending():
-                if hits:
-                    fold()        # while the sends just submitted travel, not before them
-                wait(IDLE_WAIT)
+                if not hits:
+                    wait(IDLE_WAIT)
+                elif not (marks and self.now - marks[0][0] < FOLD_AGE and wait(FOLD_IDLE)):
+                    fold()        # the load paused (or the hits aged): see fold_hits
+                    wait(IDLE_WAIT)
             now = self.now = monotonic()
             reap(dispatch)
             n = len(hits)
@@ -130,13 +135,16 @@ class UringReactor(ReactorBase):
         submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
         pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self.dispatch, self.counters
         hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
+        marks = self._turn_marks
 
         def turn():
             submit()
             if not ready() and not pending():
-                if hits:
-                    fold()
-                ev = poll(IDLE_WAIT)
+                if not hits:
+                    ev = poll(IDLE_WAIT)
+                elif not (marks and self.now - marks[0][0] < FOLD_AGE and (ev := poll(FOLD_IDLE))):
+                    fold()        # as in _ring_turn
+                    ev = poll(IDLE_WAIT)
                 if ev and (len(ev) > 1 or ev[0][0] == wake):
                     # the wake-up socket can be readable with nothing queued: a post made
                     # while the mailbox drained wrote a byte for a call that drain then
@@ -447,12 +455,16 @@ class UringReactor(ReactorBase):
         the wait, as nginx takes its clock once per event-loop pass: its `timer_resolution`
         directive documents gettimeofday() "each time a kernel event is received") and
         took until the turn's end, which is what the histogram and the access log record
-        for each. The turn only marks where its hits end with those two times; the loop
-        folds before it sleeps (while the sends just submitted travel), at FOLD_AT hits,
-        before the general step logs a request (_access_in_order) and at close. The
-        bookkeeping runs once per fold instead of once per turn, where it cost ~27,600
-        instructions (CPython 3.11, valgrind), twice a hit's own ~12,800, shared by the ~7
-        hits of a turn at c16 (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
+        for each. The turn only marks where its hits end with those two times. The loop
+        folds at FOLD_AT hits; when it would sleep and no completion came for FOLD_IDLE
+        (the load paused: the sends just submitted travel meanwhile) or the first unfolded
+        turn is FOLD_AGE old (a trickle of requests that never pauses that long); before
+        the general step logs a request (_access_in_order); and at close. So the counters
+        and the log lag the answers by a millisecond when load stops and by FOLD_AGE or
+        FOLD_AT hits under load. The bookkeeping runs once per fold instead of once per
+        turn, where it cost ~27,600 instructions (CPython 3.11, valgrind), twice a hit's
+        own ~12,800; folded before every sleep it was still once a request at one
+        connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
         answers the same files over and over), so they are counted per distinct Answer:
         collections' C helper _count_elements tallies them into a reused dict, and the
         Python below runs once per distinct Answer, not per hit. Hits not yet marked (a

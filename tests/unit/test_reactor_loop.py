@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from pulsys import metrics as M
 from pulsys.platform import PlatformFacts, load_sender
 from pulsys.reactor import backend_class
 from pulsys.reactor.fdcache import FdCache
@@ -96,3 +97,81 @@ def test_posts_run_on_the_loop_thread_and_stop_closes_connections(running):
     c.settimeout(5)
     assert c.recv(1) == b""        # the loop closed it on the way out
     c.close()
+
+
+# -- when the io_uring loop folds its fused hits (UringReactor.fold_hits) -------------------
+_GET = b"GET /org/m/resolve/main/f.bin HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+@pytest.fixture(params=[pytest.param("ring", marks=_URING), pytest.param("epoll", marks=_URING)])
+def warm_loop(request, tmp_path):
+    """A real io_uring loop in a thread serving one warm 4 KiB file, its fold_hits
+    counted, and a keep-alive client; -> (reactor, folds, get), get() one whole answer."""
+    from pulsys.reactor.uring import UringReactor
+    from tests.uring_stub import FusedHitRig
+    rig = FusedHitRig(tmp_path, _GET, "0123456789abcdef0123456789abcdef01234567", "cd" * 32)
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen()
+    lst.setblocking(False)
+    r = UringReactor(lst, rig.view, lambda job: None, Mailbox(), load_sender(_FACTS, None)[1], FdCache(),
+                     wait=request.param)
+    folds = []
+    fold = r.fold_hits
+    r.fold_hits = lambda: (folds.append(len(r._turn_hits)), fold())    # the loop binds it at open
+    th = threading.Thread(target=r.run, daemon=True)
+    th.start()
+    c = socket.create_connection(lst.getsockname())
+    c.settimeout(5)
+    f = c.makefile("rb")
+
+    def get():
+        c.sendall(_GET)
+        n = 0
+        while (line := f.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                n = int(line.split(b":")[1])
+        assert n == 4096 and len(f.read(n)) == n
+    yield r, folds, get
+    f.close()
+    c.close()
+    r.stop()
+    th.join(5)
+    lst.close()
+    rig.close()
+    assert not th.is_alive()
+
+
+def _counted(r, n, within):
+    deadline = time.monotonic() + within
+    while r.counters[M.REQUESTS] < n and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return r.counters[M.REQUESTS]
+
+
+def test_fused_hits_back_to_back_are_folded_together_and_when_the_load_stops(warm_loop):
+    # folded before every sleep, one connection's requests were folded one by one: the
+    # fold then cost more than the hit (docs/benchmarks.md, issue 18, fifth day)
+    r, folds, get = warm_loop
+    get()                                   # the general step: counted as it answers
+    assert _counted(r, 1, 5) == 1
+    for _ in range(60):
+        get()
+    # counted at the pause that follows (FOLD_IDLE), with no request to prompt it
+    assert _counted(r, 61, 5) == 61
+    assert sum(folds) == 60
+    assert len(folds) <= 30, folds          # a loaded machine can pause the client 1 ms at times
+
+
+def test_a_trickle_of_fused_hits_is_folded_once_the_first_is_fold_age_old(warm_loop, monkeypatch):
+    from pulsys.reactor import uring
+    r, folds, get = warm_loop
+    monkeypatch.setattr(uring, "FOLD_IDLE", 30.0)   # only age folds now
+    monkeypatch.setattr(uring, "FOLD_AGE", 0.05)
+    get()
+    assert _counted(r, 1, 5) == 1
+    get()
+    assert _counted(r, 2, 0.3) == 1         # fused, kept: the loop waits on with it
+    time.sleep(0.1)
+    get()                                   # the turn that answers it finds the first 0.1 s old
+    assert _counted(r, 3, 5) == 3 and folds == [2]
