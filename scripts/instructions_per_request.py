@@ -24,6 +24,11 @@ until the end of a --duration window:
 
     python scripts/instructions_per_request.py --concurrency 1,7,20 --duration 6
 
+--cache-sim adds valgrind's simulation of this CPU's caches and branch predictor (the
+hardware counters are not readable in this VM): L1 and last-level misses and branch
+mispredictions a request, and KCachegrind's cycle estimate from them. It simulates
+user space only; what the kernel evicts between turns is not in it.
+
 Writes results/<machine>/instructions_per_request_<date>.json (or --out-dir).
 Needs valgrind (Debian package); the liburing binding must set up a ring on this CPU
 (the portable wheel: PULSYS_BENCH_LIBURING_WHEEL, see docs/benchmarks.md).
@@ -132,6 +137,32 @@ def parse_dump(path):
     return total, dict(by), calls
 
 
+def event_totals(path):
+    """-> {event: total} of one callgrind output file (its `events:` and `totals:` lines;
+    with --cache-sim=yes --branch-sim=yes: Ir, Dr, Dw, I1mr, D1mr, D1mw, ILmr, DLmr, DLmw,
+    Bc, Bcm, Bi, Bim)."""
+    events, totals = [], None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith(("summary:", "totals:")):
+                totals = [int(x) for x in line.split()[1:]]
+    if not totals:
+        return {}
+    return dict(zip(events, totals))
+
+
+def cycle_estimate(ev):
+    """KCachegrind's "Cycle Estimation" of simulated events: Ir + 10 * (L1 misses + branch
+    mispredictions) + 100 * last-level misses; None without the simulation's events."""
+    if "D1mr" not in ev or "Bcm" not in ev:
+        return None
+    l1 = ev["I1mr"] + ev["D1mr"] + ev["D1mw"]
+    ll = ev["ILmr"] + ev["DLmr"] + ev["DLmw"]
+    return ev["Ir"] + 10 * (l1 + ev["Bcm"] + ev["Bim"]) + 100 * ll
+
+
 def _name(table, text):
     """callgrind's name compression: '(id) name' defines, '(id)' refers."""
     m = re.match(r"\((\d+)\)(?: (.*))?$", text)
@@ -158,8 +189,9 @@ def measure(ctx, peer, conc, a, outdir):
         at = 3 if cmd[:1] == ["taskset"] else 0
         if cmd[at + 1:at + 3] == ["-m", "pulsys"]:
             cmd = cmd[:at + 1] + ["-c", BOOT] + cmd[at + 3:]
-        _spawn(cmd[:at] + ["valgrind", "--tool=callgrind", "--separate-threads=yes",
-                           "--callgrind-out-file=%s.%%p.out" % prefix] + cmd[at:], **kw)
+        sim = ["--cache-sim=yes", "--branch-sim=yes"] if a.cache_sim else []
+        _spawn(cmd[:at] + ["valgrind", "--tool=callgrind", "--separate-threads=yes"] + sim
+               + ["--callgrind-out-file=%s.%%p.out" % prefix] + cmd[at:], **kw)
     peer.spawn = under_callgrind
     peer.start_timeout = 300.0
     B.log("%s c%d: starting under callgrind" % (peer.key, conc))
@@ -188,6 +220,7 @@ def measure(ctx, peer, conc, a, outdir):
         return {"server": peer.key, "concurrency": conc, "error": "no callgrind dump written"}
     n = g["requests"]
     threads, groups, calls, total = [], collections.Counter(), collections.Counter(), 0
+    events = collections.Counter()
     for d in dumps:
         t, by, cl = parse_dump(d)
         if t:
@@ -195,6 +228,7 @@ def measure(ctx, peer, conc, a, outdir):
         total += t
         groups.update(by)
         calls.update(cl)
+        events.update(event_totals(d))
     threads.sort(reverse=True)
     if peer.server == "pulsys":
         turns = (after - before) if before is not None and after is not None else None
@@ -206,9 +240,14 @@ def measure(ctx, peer, conc, a, outdir):
            "by_thread_per_request": [round(t / n) for t in threads],
            "by_code_per_request": {k: round(v / n) for k, v in sorted(groups.items())},
            "turns_per_request": round(turns / n, 4) if turns else None}
-    B.log("%-26s c%-3d %7d requests  %6d instructions a request  threads %s  turns/request %s" % (
+    if a.cache_sim:
+        row["events_per_request"] = {k: round(v / n, 1) for k, v in events.items()}
+        est = cycle_estimate(events)
+        row["cycle_estimate_per_request"] = round(est / n) if est is not None else None
+    B.log("%-26s c%-3d %7d requests  %6d instructions a request  threads %s  turns/request %s%s" % (
         peer.key, conc, n, row["instructions_per_request"], row["by_thread_per_request"][:4],
-        row["turns_per_request"]))
+        row["turns_per_request"],
+        "  cycle estimate %s" % row.get("cycle_estimate_per_request") if a.cache_sim else ""))
     return row
 
 
@@ -220,6 +259,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of load before counting")
     ap.add_argument("--pokes", type=int, default=40, help="most single GETs made to deliver a command")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--cache-sim", action="store_true", help="also simulate the caches and branch predictor "
+                    "(valgrind --cache-sim=yes --branch-sim=yes): misses a request and a cycle estimate")
     ap.add_argument("--keep-dumps", default=None, metavar="DIR", help="copy the callgrind dumps here "
                     "(callgrind_annotate reads them: which functions, which thread)")
     a = ap.parse_args()
@@ -248,8 +289,9 @@ def main():
         ctx.hub.stop()
         shutil.rmtree(ctx.workdir, ignore_errors=True)
     doc = dict(prov, benchmark="instructions_per_request", size=SIZE, duration_s=a.duration, warmup_s=a.warmup,
-               counter="valgrind --tool=callgrind --separate-threads=yes (user-space instructions, every "
-                       "thread of the server process), between callgrind_control --zero and --dump",
+               counter="valgrind --tool=callgrind --separate-threads=yes%s (user-space instructions, every "
+                       "thread of the server process), between callgrind_control --zero and --dump"
+                       % (" --cache-sim=yes --branch-sim=yes" if a.cache_sim else ""),
                load="scripts/bench_peers/loadgen.c on CPU 1, servers on CPU 0", rows=rows)
     name = "instructions_per_request_%s.json" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     print("wrote", provenance.write_result(name, doc, a.out_dir))

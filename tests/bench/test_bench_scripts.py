@@ -519,3 +519,15 @@ def test_callgrind_dumps_are_summed_by_code_object_and_calls_counted(tmp_path):
     assert total == 800
     assert by == {"interpreter": 530, "liburing binding": 200, "libc": 70}
     assert calls["io_uring_submit_and_wait"] == 4
+    assert I.event_totals(str(dump)) == {"Ir": 800} and I.cycle_estimate({"Ir": 800}) is None
+
+
+def test_callgrind_simulated_misses_give_a_cycle_estimate(tmp_path):
+    import instructions_per_request as I
+    dump = tmp_path / "x.out.1-01"
+    names = "Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim"
+    dump.write_text("events: %s\nfl=(1) a.c\nfn=(1) f\n1 1000 1 2 3 4 5 6 7 8 9 10 11 12\n"
+                    "totals: 1000 300 200 3 4 5 1 2 0 90 10 5 1\n" % names)
+    ev = I.event_totals(str(dump))
+    assert ev["Ir"] == 1000 and ev["D1mw"] == 5 and ev["Bim"] == 1
+    assert I.cycle_estimate(ev) == 1000 + 10 * (3 + 4 + 5 + 10 + 1) + 100 * (1 + 2 + 0)

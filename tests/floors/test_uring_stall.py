@@ -42,5 +42,7 @@ def test_no_request_waits_for_the_idle_timeout(hub, make_server):
     v1 = srv.vars()
     assert got["responses"] == CONNS * PER, got
     assert v1["fused_head_body"] - v0["fused_head_body"] >= CONNS * PER // 2, (v0, v1)   # quiet sends
-    # the slowest request: far below the idle wait (a stall costs up to IDLE_WAIT)
-    assert got["max_s"] < IDLE_WAIT / 3, got
+    # the slowest request: far below the idle wait (a stall costs up to IDLE_WAIT), or on a
+    # machine so loaded that the median request takes tens of ms (CI once: p50 64 ms, max
+    # 0.37 s, no stall), within a few medians of it
+    assert got["max_s"] < max(IDLE_WAIT / 3, 6 * got["p50_s"]), got
