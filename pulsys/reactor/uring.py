@@ -89,68 +89,55 @@ class UringReactor(ReactorBase):
         self.dispatch = self.make_dispatch()
         self.accept_on()
         if ring.wait_mode == "ring":
-            self.io_turn = self._ring_turn()
+            ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
+            # (One enter that submits and sleeps, Ring.submit_and_wait, measured worse under
+            # load: it is a ctypes call on every turn, where get_events is a cheap one
+            # holding the GIL.)
+            self.io_turn = self._turn(ring.get_events, ring.wait)
         else:
-            self.io_turn = self._epoll_turn()
+            self.io_turn = self._turn(ring.submit, self._epoll_sleep())
 
-    def _ring_turn(self):
+    def _epoll_sleep(self):
+        """The sleep of the "epoll" mode: in epoll on the ring fd and the mailbox's wake-up
+        socket. -> sleep(timeout), True unless the timeout passed."""
+        ep = self.epoll = select.epoll()
+        wake, poll, drain = self.wake_fd, ep.poll, self.mailbox.drain
+        ep.register(self.ring.fd, select.EPOLLIN)
+        ep.register(wake, select.EPOLLIN)
+
+        def sleep(timeout):
+            ev = poll(timeout)
+            if ev and (len(ev) > 1 or ev[0][0] == wake):
+                # the wake-up socket can be readable with nothing queued: a post made
+                # while the mailbox drained wrote a byte for a call that drain then
+                # ran. Read it now, or epoll reports it on every turn and the loop
+                # spins until the next post (tests/unit/test_reactor_loop.py).
+                drain()
+            return bool(ev)
+        return sleep
+
+    def _turn(self, enter, sleep):
+        """The loop's I/O turn: `enter` submits what is prepared ("ring" mode: and runs
+        the completions queued as task work), `sleep(timeout)` waits for a completion or
+        a post without the GIL (-> True unless the timeout passed); then reap."""
         ring = self.ring
-        ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
         # the turn runs once per loop pass: what it uses is bound here, once
-        get_events, ready, reap, wait = ring.get_events, ring.ready, ring.reap, ring.wait
+        ready, reap = ring.ready, ring.reap
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
         hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
         marks = self._turn_marks
 
         def turn():
-            get_events()
+            enter()
             # Never sleep with a completion ready (reap takes at most its cap per turn) or a
             # post queued. Completions still queued as task work need no check here: the
-            # wait runs them first and sleeps only if none of them posted a CQE. (One enter
-            # that submits and sleeps, Ring.submit_and_wait, measured worse under load: it
-            # is a ctypes call on every turn, where get_events is a cheap one holding the GIL.)
+            # "ring" wait runs them first and sleeps only if none of them posted a CQE.
             if not ready() and not pending():
                 if not hits:
-                    wait(IDLE_WAIT)
-                elif not (marks and self.now - marks[0][0] < FOLD_AGE and wait(FOLD_IDLE)):
+                    sleep(IDLE_WAIT)
+                elif not (marks and self.now - marks[0][0] < FOLD_AGE and sleep(FOLD_IDLE)):
                     fold()        # the load paused (or the hits aged): see fold_hits
-                    wait(IDLE_WAIT)
-            now = self.now = monotonic()
-            reap(dispatch)
-            n = len(hits)
-            if n != marked[0]:
-                mark((now, monotonic() - now, n))
-                marked[0] = n
-                if n >= FOLD_AT:
-                    fold()
-            c[_ENTER] = ring.enters
-        return turn
-
-    def _epoll_turn(self):
-        ring = self.ring
-        ep = self.epoll = select.epoll()
-        wake = self.wake_fd
-        ep.register(ring.fd, select.EPOLLIN)
-        ep.register(wake, select.EPOLLIN)
-        submit, ready, reap, poll = ring.submit, ring.ready, ring.reap, ep.poll
-        pending, drain, dispatch, c = self.mailbox.pending, self.mailbox.drain, self.dispatch, self.counters
-        hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
-        marks = self._turn_marks
-
-        def turn():
-            submit()
-            if not ready() and not pending():
-                if not hits:
-                    ev = poll(IDLE_WAIT)
-                elif not (marks and self.now - marks[0][0] < FOLD_AGE and (ev := poll(FOLD_IDLE))):
-                    fold()        # as in _ring_turn
-                    ev = poll(IDLE_WAIT)
-                if ev and (len(ev) > 1 or ev[0][0] == wake):
-                    # the wake-up socket can be readable with nothing queued: a post made
-                    # while the mailbox drained wrote a byte for a call that drain then
-                    # ran. Read it now, or epoll reports it on every turn and the loop
-                    # spins until the next post (tests/unit/test_reactor_loop.py).
-                    drain()
+                    sleep(IDLE_WAIT)
             now = self.now = monotonic()
             reap(dispatch)
             n = len(hits)
@@ -464,10 +451,10 @@ class UringReactor(ReactorBase):
         FOLD_AT hits under load. The bookkeeping runs once per fold instead of once per
         turn, where it cost ~27,600 instructions (CPython 3.11, valgrind), twice a hit's
         own ~12,800; folded before every sleep it was still once a request at one
-        connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers (a busy cache
-        answers the same files over and over), so they are counted per distinct Answer:
-        collections' C helper _count_elements tallies them into a reused dict, and the
-        Python below runs once per distinct Answer, not per hit. Hits not yet marked (a
+        connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers
+        (a busy cache answers the same files over and over), so they are counted per
+        distinct Answer: collections' C helper _count_elements tallies them into a reused
+        dict, and the Python below runs once per distinct Answer, not per hit. Hits not yet marked (a
         caller outside the loop's turn) are one turn that began at `now`."""
         hits, counts, marks = self._turn_hits, self._turn_counts, self._turn_marks
         n = len(hits)

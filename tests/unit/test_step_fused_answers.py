@@ -285,7 +285,7 @@ def test_a_fused_hit_that_fails_accounts_for_its_recv_and_closes_only_its_connec
 
 def test_turns_folded_together_count_each_turns_duration(rig):
     """The loop's turn marks where its fused hits end, with its start and duration, and
-    folds several turns at once (UringReactor._ring_turn, fold_hits): each turn's hits go
+    folds several turns at once (UringReactor._turn, fold_hits): each turn's hits go
     into the histogram and the access log with that turn's times, counted once."""
     import io
     import json
