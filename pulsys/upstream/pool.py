@@ -5,6 +5,7 @@ import concurrent.futures
 import threading
 
 from pulsys.log import get_logger
+from pulsys.platform.sched import not_inherited
 from pulsys.upstream.service import internal_error_reply
 
 
@@ -28,7 +29,8 @@ class PoolThreads:
     given them when constructed."""
 
     def __init__(self, threads):
-        self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill")
+        self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill",
+                                                        initializer=not_inherited)   # --reactor-sched
         self.log = get_logger("pool")
         self.closed = False
 
