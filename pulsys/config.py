@@ -11,7 +11,6 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from pulsys.errors import ConfigError
-from pulsys.platform.sched import POLICIES
 
 # Hosts the Hub redirects file bodies to (hf-protocol.md §3; Go original key.go list).
 HUB_CDN_HOSTS = (
@@ -227,13 +226,6 @@ def _choice(what, choices):
     return parse
 
 
-def _reactor_sched(text):
-    v = _choice("--reactor-sched", POLICIES)(text)
-    if v == "batch" and not hasattr(os, "SCHED_BATCH"):
-        raise ConfigError("--reactor-sched batch: this OS has no SCHED_BATCH (Linux only)")
-    return v
-
-
 def _bool(text):
     v = str(text).strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -378,11 +370,6 @@ SETTINGS = (
     Setting("sendfile", "--sendfile", _choice("--sendfile", ("auto", "linux", "darwin", "portable")),
             "auto", "how file bodies are sent: auto, linux (MSG_MORE + sendfile), darwin (sendfile "
             "with sf_hdtr), portable (pread + write)", choices=("auto", "linux", "darwin", "portable")),
-    Setting("reactor_sched", "--reactor-sched", _reactor_sched, "normal",
-            "scheduling policy of each reactor thread: normal, or batch (Linux SCHED_BATCH: its "
-            "wake-ups do not preempt the task running on its CPU, another reactor included; for "
-            "reactors that share CPUs, e.g. --listeners above the CPUs given; docs/deploy.md)",
-            choices=POLICIES),
     Setting("cache_max_bytes", "--cache-max-bytes", _size("--cache-max-bytes"), "0",
             "most blob bytes the cache may hold, fills in progress included: 500G (10^9), 10GiB "
             "(2^30) or plain bytes; 0 = unlimited", metavar="SIZE"),
@@ -440,7 +427,6 @@ class Config:
     fill_retries: int = 5
     iouring: str = "auto"
     sendfile: str = "auto"
-    reactor_sched: str = "normal"
     network_mbps: float = -1.0
     max_connections: int = 10000
     max_connections_per_ip: int = 1000
@@ -460,11 +446,11 @@ class Config:
     def upstream_netloc(self):
         return urllib.parse.urlsplit(self.upstream).netloc.lower()
 
-    def reactor_settings(self):
+    def reactor_limits(self):
         """Keyword arguments every reactor takes from the settings (reactor/base.py)."""
         return {"max_connections": self.max_connections, "max_per_ip": self.max_connections_per_ip,
                 "header_timeout": self.header_timeout, "idle_timeout": self.idle_timeout,
-                "send_timeout": self.send_timeout, "sched": self.reactor_sched}
+                "send_timeout": self.send_timeout}
 
     def extra_fetchers(self):
         """--fill-fetchers, with auto resolved: twice --fill-fetchers-per-file."""

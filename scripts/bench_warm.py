@@ -25,6 +25,15 @@ warm path, before and after in one run:
 
     python scripts/bench_warm.py --name guard --variant before@HEAD~1=--no-iouring --variant after=--no-iouring
 
+A variant named floor:NAME runs scripts/bench_peers/uring_floor.py (the featureless
+Python + liburing server) with FLAGS instead of pulsys, on the same files and CPUs: what
+a layout costs without pulsys, e.g. --listeners 2 against 1 beside the floor's
+--processes 2 against 1, all on CPU 0:
+
+    python scripts/bench_warm.py --name layout --generator loadgen --connections 64 \
+        --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
+        --variant floor:p1=--processes=1 --variant floor:p2=--processes=2
+
 --listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
 
     python scripts/bench_warm.py --name listeners_scaling --server-cpus 0,1 --generator loadgen \
@@ -41,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -98,6 +108,23 @@ def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT):
             time.sleep(0.05)
     p.kill()
     raise SystemExit("bench_warm: pulsys did not start with flags %s" % flags)
+
+
+def start_floor(root, flags, cpus="0"):
+    """uring_floor.py serving the files under `root`, pinned like pulsys. -> (Popen, base URL)."""
+    port = bench_compare.free_port()
+    p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "uring_floor.py"),
+                         "--port", str(port), "--root", root] + flags,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1).read()
+        except urllib.error.HTTPError:
+            return p, "http://127.0.0.1:%d" % port        # its 404: it answers
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("bench_warm: uring_floor.py did not start with flags %s" % flags)
 
 
 def wrk(url, connections, duration, headers=()):
@@ -192,6 +219,11 @@ def main():
     hub = FakeHub(record_requests=False).start()
     files = {"f%d.bin" % s: os.urandom(s) for s in sizes}
     hub.add_repo("bench/warm", files=files, lfs=set(files))
+    floor_root = tempfile.mkdtemp(prefix="bench_warm-floor-")
+    os.makedirs(os.path.join(floor_root, "bench", "warm", "resolve", "main"))
+    for fname, body in files.items():
+        with open(os.path.join(floor_root, "bench", "warm", "resolve", "main", fname), "wb") as f:
+            f.write(body)
     rows = {(n, s): [] for n, _ in variants for s in sizes}
     try:
         for rnd in range(a.rounds):
@@ -200,7 +232,10 @@ def main():
                 with tempfile.TemporaryDirectory() as cache:
                     tree = trees[name]
                     headers = (("Authorization", "Bearer " + create_key(cache, tree)),) if needs_key(flags) else ()
-                    p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
+                    if name.startswith("floor:"):
+                        p, url = start_floor(floor_root, flags, a.server_cpus)
+                    else:
+                        p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
                     try:
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
@@ -220,6 +255,7 @@ def main():
         for path, _ in revs.values():
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], capture_output=True)
         shutil.rmtree(tree_dir, ignore_errors=True)
+        shutil.rmtree(floor_root, ignore_errors=True)
     cpus = len(set(cpu_list(a.server_cpus)) | {1})
     results = []
     for s in sizes:

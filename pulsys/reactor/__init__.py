@@ -41,4 +41,4 @@ def build_reactor(backend, listener, index, submit, sender, config, gate=None, m
     access = AccessLog() if config.access_log and config.log_level in ("debug", "info") else None
     grants = Grants() if config.upstream_auth == "client" else None
     return backend_class(backend)(listener, index, submit, mailbox or Mailbox(), sender, fdcache or FdCache(),
-                                  access, gate=gate, grants=grants, **config.reactor_settings())
+                                  access, gate=gate, grants=grants, **config.reactor_limits())

@@ -32,7 +32,6 @@ from pulsys.log import get_logger
 from pulsys.model.entry import FILE
 from pulsys.model import target as T
 from pulsys.model.job import Job
-from pulsys.platform.sched import apply_to_this_thread
 from pulsys.reactor.conn import CLOSED, READ, SEND, WAIT_FILL, WAIT_JOB, respond
 from pulsys.reactor.limits import ConnectionLimits
 from pulsys.reactor.step import ANSWERED, HIT, NEED, HttpStep
@@ -70,7 +69,7 @@ class ReactorBase:
 
     def __init__(self, listener, index, submit, mailbox, sender, fdcache, access_log=None,
                  idle_timeout=75.0, header_timeout=30.0, send_timeout=60.0, max_connections=10000,
-                 max_per_ip=0, gate=None, grants=None, sched="normal"):
+                 max_per_ip=0, gate=None, grants=None):
         self.listener = listener
         self.gate = gate          # auth.gate.Gate when API keys are required, else None
         self.grants = grants      # auth.access.Grants with --upstream-auth client, else None
@@ -93,7 +92,6 @@ class ReactorBase:
         self.idle_timeout = idle_timeout
         self.header_timeout = header_timeout
         self.send_timeout = send_timeout
-        self.sched = sched        # --reactor-sched: this thread's policy, set as run() starts
         self.conns = {}
         self.step = HttpStep(index, gate, self.counters, grants)
         self.served = {}   # blob id -> monotonic time of its last warm hit (cache/recency.py)
@@ -106,10 +104,6 @@ class ReactorBase:
     def run(self):
         """Serve until stop(): the backend's I/O turn, then the mailbox, then (once a
         second) the timeouts; on the way out every connection is closed."""
-        refused = apply_to_this_thread(self.sched)
-        if refused:
-            self.log.warning("--reactor-sched %s not applied; the reactor runs under the normal "
-                             "policy" % self.sched, error=refused)
         self.io_open()
         mailbox, turn = self.mailbox, self.io_turn
         acc = self.access_log

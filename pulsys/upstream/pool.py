@@ -5,7 +5,6 @@ import concurrent.futures
 import threading
 
 from pulsys.log import get_logger
-from pulsys.platform.sched import not_inherited
 from pulsys.upstream.service import internal_error_reply
 
 
@@ -29,8 +28,7 @@ class PoolThreads:
     given them when constructed."""
 
     def __init__(self, threads):
-        self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill",
-                                                        initializer=not_inherited)   # --reactor-sched
+        self.ex = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pulsys-fill")
         self.log = get_logger("pool")
         self.closed = False
 

@@ -10,7 +10,7 @@ accept, one recv per connection, and per request one send linked to the next rec
 one io_uring_enter, sleeping in epoll on the ring fd. What pulsys costs above this row,
 at the same load, is the price of its features in CPython.
 
-    python uring_floor.py --port 8080 --root <dir holding bench/files/resolve/main/...>
+    python uring_floor.py --port 8080 --root <dir holding bench/files/resolve/main/...> [--processes N]
 """
 
 import argparse
@@ -42,11 +42,16 @@ def load_files(root):
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
 
 
-def serve(port, answers):
+def listener(port):
     lst = socket.socket()
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     lst.bind(("127.0.0.1", port))
     lst.listen(1024)
+    return lst
+
+
+def serve(lst, answers):
     ring = L.Ring()
     L.io_uring_queue_init(4096, ring, L.IORING_SETUP_SINGLE_ISSUER)
     cqe = L.Cqe()
@@ -119,8 +124,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--root", required=True)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="listening sockets (SO_REUSEPORT), one forked process and ring each: "
+                         "pulsys's --listeners layout, to measure what it costs without pulsys")
     a = ap.parse_args()
-    serve(a.port, load_files(a.root))
+    answers = load_files(a.root)
+    socks = [listener(a.port) for _ in range(a.processes)]
+    if a.processes == 1:
+        return serve(socks[0], answers)
+    kids = []
+    for lst in socks:
+        pid = os.fork()
+        if pid == 0:
+            serve(lst, answers)
+            os._exit(0)
+        kids.append(pid)
+    signal.signal(signal.SIGTERM, lambda *_: [os.kill(k, signal.SIGTERM) for k in kids])
+    for k in kids:
+        os.waitpid(k, 0)      # (retried after the handler runs: PEP 475)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,10 @@ def test_connection_limits_and_timeouts_are_settings_with_env_vars():
     assert (c.max_connections, c.max_connections_per_ip) == (10000, 1000)
     assert (c.header_timeout, c.idle_timeout, c.send_timeout) == (30.0, 75.0, 60.0)
     env = {"PULSYS_MAX_CONNECTIONS_PER_IP": "0", "PULSYS_HEADER_TIMEOUT": "5",
-           "PULSYS_IDLE_TIMEOUT": "2.5", "PULSYS_SEND_TIMEOUT": "9", "PULSYS_REACTOR_SCHED": "Batch"}
+           "PULSYS_IDLE_TIMEOUT": "2.5", "PULSYS_SEND_TIMEOUT": "9"}
     c = build_config({"max_connections": "50"}, env)
-    assert c.reactor_settings() == {"max_connections": 50, "max_per_ip": 0, "header_timeout": 5.0,
-                                    "idle_timeout": 2.5, "send_timeout": 9.0, "sched": "batch"}
+    assert c.reactor_limits() == {"max_connections": 50, "max_per_ip": 0, "header_timeout": 5.0,
+                                  "idle_timeout": 2.5, "send_timeout": 9.0}
 
 
 @pytest.mark.parametrize("values", [
