@@ -219,10 +219,11 @@ def main():
     hub = FakeHub(record_requests=False).start()
     files = {"f%d.bin" % s: os.urandom(s) for s in sizes}
     hub.add_repo("bench/warm", files=files, lfs=set(files))
-    floor_root = tempfile.mkdtemp(prefix="bench_warm-floor-")
-    os.makedirs(os.path.join(floor_root, "bench", "warm", "resolve", "main"))
+    floor_root = tempfile.mkdtemp(prefix="bench_warm-floor-")      # the same files for floor: variants
+    floor_dir = os.path.join(floor_root, "bench", "warm", "resolve", "main")
+    os.makedirs(floor_dir)
     for fname, body in files.items():
-        with open(os.path.join(floor_root, "bench", "warm", "resolve", "main", fname), "wb") as f:
+        with open(os.path.join(floor_dir, fname), "wb") as f:
             f.write(body)
     rows = {(n, s): [] for n, _ in variants for s in sizes}
     try:
