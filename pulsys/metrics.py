@@ -121,14 +121,14 @@ _PER_KIND = len(LATENCY_BOUNDS) + 2
 HIST = len(NAMES)                       # where the histograms start in a counter list
 H_WARM, H_COLD, H_API = (HIST + i * _PER_KIND for i in range(len(ROUTE_KINDS)))
 WIDTH = HIST + len(ROUTE_KINDS) * _PER_KIND     # length of a counter list
-H_WARM_SUM = H_WARM + _PER_KIND - 1     # warm hits' summed microseconds (the fused hit's own observe)
+H_WARM_SUM = H_WARM + _PER_KIND - 1     # warm hits' summed microseconds
 
 
-def observe(c, base, seconds, n=1, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):
-    """Count `n` requests of the kind at `base` (H_WARM, H_COLD or H_API) that each took
-    `seconds`, in list c."""
-    c[base + _bisect(_bounds, seconds)] += n
-    c[base + _sum] += int(seconds * 1e6) * n
+def observe(c, base, seconds, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):
+    """Count a request of the kind at `base` (H_WARM, H_COLD or H_API) that took
+    `seconds`, in list c (observe_turns: a fold's many)."""
+    c[base + _bisect(_bounds, seconds)] += 1
+    c[base + _sum] += int(seconds * 1e6)
 
 
 def observe_turns(c, base, marks, _bisect=bisect_left, _bounds=LATENCY_BOUNDS, _sum=_PER_KIND - 1):

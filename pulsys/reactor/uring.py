@@ -454,8 +454,8 @@ class UringReactor(ReactorBase):
         connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers
         (a busy cache answers the same files over and over), so they are counted per
         distinct Answer: collections' C helper _count_elements tallies them into a reused
-        dict, and the Python below runs once per distinct Answer, not per hit. Hits not yet marked (a
-        caller outside the loop's turn) are one turn that began at `now`."""
+        dict, and the Python below runs once per distinct Answer, not per hit. Hits not
+        yet marked (a caller outside the loop's turn) are one turn that began at `now`."""
         hits, counts, marks = self._turn_hits, self._turn_counts, self._turn_marks
         n = len(hits)
         if not n:
