@@ -80,7 +80,8 @@ class UringReactor(ReactorBase):
         self._marked = [0]                   # len(_turn_hits) at the last mark
         self._turn_counts = {}               # fold_hits: Answer -> its hits in the fold
         if self.access is not None:
-            self.access = self._access_in_order(self.access)
+            self.access = self._after_fold(self.access)
+        self.submit = self._after_fold(self.submit)
 
     # -- the I/O turn ------------------------------------------------------------------
 
@@ -149,16 +150,18 @@ class UringReactor(ReactorBase):
             c[_ENTER] = ring.enters
         return turn
 
-    def _access_in_order(self, append):
-        """The general step's access-log append, after the fused hits served before it
-        are folded: the log keeps the order in which requests were answered."""
+    def _after_fold(self, fn):
+        """fn(x), called once the fused hits served before it are folded. For the general
+        step's access-log append: the log keeps the order in which requests were
+        answered. For the submit of a Job: a fill may evict, and the Space's victims
+        follow the last-served times (cache/recency.py) that the fold records."""
         hits, fold = self._turn_hits, self.fold_hits
 
-        def access(record):
+        def call(x):
             if hits:
                 fold()
-            append(record)
-        return access
+            fn(x)
+        return call
 
     def io_close(self):
         if self._turn_hits:
@@ -446,7 +449,7 @@ class UringReactor(ReactorBase):
         folds at FOLD_AT hits; when it would sleep and no completion came for FOLD_IDLE
         (the load paused: the sends just submitted travel meanwhile) or the first unfolded
         turn is FOLD_AGE old (a trickle of requests that never pauses that long); before
-        the general step logs a request (_access_in_order); and at close. So the counters
+        the general step logs a request or submits a Job (_after_fold); and at close. So the counters
         and the log lag the answers by a millisecond when load stops and by FOLD_AGE or
         FOLD_AT hits under load. The bookkeeping runs once per fold instead of once per
         turn, where it cost ~27,600 instructions (CPython 3.11, valgrind), twice a hit's

@@ -296,7 +296,7 @@ def test_turns_folded_together_count_each_turns_duration(rig):
     log = AccessLog()
     out = io.StringIO()
     w = AccessLogWriter([log], "json", out)
-    r.access_log, r.access = log, r._access_in_order(log.append)
+    r.access_log, r.access = log, r._after_fold(log.append)
     before = list(r.counters)
     t1 = time.monotonic()
     for now, k, took in ((t1, 2, 0.0002), (t1 + 0.01, 3, 0.003)):
@@ -330,7 +330,7 @@ def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
     served(rig)
     log = AccessLog()
     AccessLogWriter([log], "json", None)
-    r.access_log, r.access = log, r._access_in_order(log.append)
+    r.access_log, r.access = log, r._after_fold(log.append)
     r.now = time.monotonic()
     for _ in range(2):                          # fused, not yet folded (no mark: mid-turn)
         conn.rbuf[0:len(GET)] = GET
@@ -340,3 +340,22 @@ def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
     r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
     assert r.counters[M.REQUESTS] == requests + 2 and not r._turn_hits
     assert log.buffered() == 3 and log.buf[-1][1][1] == "/general"
+
+
+def test_a_job_is_submitted_after_the_fused_hits_answered_before_it(rig):
+    """A fill may evict, choosing victims by last-served time (cache/recency.py): a Job
+    leaves the reactor only after the fused hits before it have recorded theirs."""
+    from pulsys.cache.recency import take_served
+    r, conn = rig.reactor, rig.conn
+    served(rig)
+    take_served(r)
+    r.now = time.monotonic()
+    for _ in range(2):                          # fused, not yet folded (mid-turn)
+        conn.rbuf[0:len(GET)] = GET
+        conn.inflight += 1
+        rig.dispatch(rig.tag, len(GET), 0)
+    assert r._turn_hits and take_served(r) == []
+    rig.index.remove(rig.key)                   # the next request is a miss: a Job
+    rig.deliver()
+    assert len(rig.jobs) == 1 and not r._turn_hits
+    assert [t for _, t in take_served(r)] == [r.now]
