@@ -276,3 +276,87 @@ def test_more_sqes_than_the_queue_holds_are_submitted_as_it_fills(memory):
     finally:
         ring.close()
     assert seen == [r * 10 + i for r in range(5) for i in range(7)]
+
+
+def _recvs_sent_at(ring, delays):
+    """A recv on a socket pair per delay, and the other end's send at that delay (s).
+    -> close(), which cancels the sends not made yet and closes the pairs."""
+    import threading
+    pairs = [socket.socketpair() for _ in delays]
+    bufs = [bytearray(8) for _ in delays]
+    for i, (a, _) in enumerate(pairs):
+        ring.prep_recv(a.fileno(), bufs[i], i)
+    ring.submit()
+    timers = [threading.Timer(d, b.send, (b"x",)) for (_, b), d in zip(pairs, delays)]
+    for t in timers:
+        t.start()
+
+    def close():
+        for t in timers:
+            t.cancel()
+            t.join()
+        for a, b in pairs:
+            a.close()
+            b.close()
+    close.bufs = bufs       # the kernel writes into them until the ring is closed
+    return close
+
+
+def test_wait_for_several_returns_with_all_that_came_within_its_first_stretch():
+    # a first stretch of 0.4 s (min_wait_usec): the first recv completes at 0.05 s, the
+    # other three at 0.15 s. wait() wakes for the first alone; wait_for(4) sleeps on
+    # until all four are ready, well before its first stretch ends.
+    from pulsys.platform.uring import Ring
+    ring = Ring(8, "ring", batch_wait_us=400_000)
+    if not ring.batch_wait:
+        ring.close()
+        pytest.skip("kernel before 6.12: no IORING_FEAT_MIN_TIMEOUT")
+    close = None
+    try:
+        close = _recvs_sent_at(ring, [0.05, 0.15, 0.15, 0.15])
+        t0 = time.monotonic()
+        assert ring.wait_for(4, 2.0)
+        took = time.monotonic() - t0
+        assert ring.ready() == 4 and 0.14 < took < 0.35, (ring.ready(), took)
+    finally:
+        if close:
+            close()
+        ring.close()
+
+
+def test_wait_for_several_returns_with_one_once_its_first_stretch_has_passed():
+    # one completion of the four asked for: back after the 0.3 s first stretch with it,
+    # not after the 3 s timeout (a kernel that ignored min_wait_usec would sleep 3 s)
+    from pulsys.platform.uring import Ring
+    ring = Ring(8, "ring", batch_wait_us=300_000)
+    if not ring.batch_wait:
+        ring.close()
+        pytest.skip("kernel before 6.12: no IORING_FEAT_MIN_TIMEOUT")
+    close = None
+    try:
+        close = _recvs_sent_at(ring, [0.05, 30, 30, 30])
+        t0 = time.monotonic()
+        assert ring.wait_for(4, 3.0)
+        took = time.monotonic() - t0
+        assert ring.ready() == 1 and 0.25 < took < 2.0, (ring.ready(), took)
+    finally:
+        if close:
+            close()
+        ring.close()
+
+
+@pytest.mark.parametrize("wait", ["ring", "epoll"])
+def test_wait_for_one_is_wait(wait):
+    # nr 1 (and every nr in "epoll" mode) wakes for the first completion
+    from pulsys.platform.uring import Ring
+    ring = Ring(8, wait, batch_wait_us=1_000_000)
+    close = None
+    try:
+        close = _recvs_sent_at(ring, [0.05, 30])
+        t0 = time.monotonic()
+        assert ring.wait_for(1 if wait == "ring" else 2, 3.0)
+        assert ring.ready() == 1 and time.monotonic() - t0 < 0.9
+    finally:
+        if close:
+            close()
+        ring.close()
