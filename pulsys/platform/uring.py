@@ -77,11 +77,6 @@ class _GetEventsArg(ctypes.Structure):        # struct io_uring_getevents_arg (5
                 ("min_wait_usec", ctypes.c_uint32), ("ts", ctypes.c_uint64)]
 
 
-# A wait for several completions (Ring.wait_for) first waits this long for all of them
-# (struct io_uring_getevents_arg.min_wait_usec, kernel 6.12+, IORING_FEAT_MIN_TIMEOUT)
-BATCH_WAIT_US = 50
-_FEAT_MIN_TIMEOUT = getattr(L, "IORING_FEAT_MIN_TIMEOUT", 1 << 15)   # include/uapi/linux/io_uring.h
-
 _syscall = None
 
 # Where liburing keeps a ring (struct io_uring, src/include/liburing.h, 2.x, 64-bit):
@@ -186,17 +181,14 @@ def _raw_enter():
 class Ring:
     """One io_uring instance owned by one thread."""
 
-    def __init__(self, entries=4096, wait="auto", memory=True, batch_wait_us=BATCH_WAIT_US):
+    def __init__(self, entries=4096, wait="auto", memory=True):
         """wait: "auto", "ring" (OSError where it cannot be had) or "epoll" (WAIT_MODES).
         With "ring" (DEFER_TASKRUN), only the thread that made the ring may run its
         completions: make it on the thread that uses it. memory: reach the queues
-        through RingMemory where it checks out (False: the binding for everything).
-        batch_wait_us: the first stretch of wait_for."""
+        through RingMemory where it checks out (False: the binding for everything)."""
         if wait not in WAIT_MODES:
             raise ValueError("wait must be one of %s" % (WAIT_MODES,))
         self._ring = self._epoll = None
-        self.batch_wait = False     # wait_for can wait for several completions (_wait_args)
-        self.batch_wait_us = batch_wait_us
         self.wait_mode = None
         if wait != "epoll":
             try:
@@ -510,22 +502,15 @@ class Ring:
         self._arg = _GetEventsArg(0, 0, 0, ctypes.addressof(self._ts))
         self._argp = ctypes.addressof(self._arg)
         self._argsz = ctypes.sizeof(self._arg)
-        # the same wait with a first stretch that wants several completions (wait_for);
-        # only where the kernel reads the field: before 6.12 it was padding, and a wait
-        # for n completions would last the whole timeout
-        self.batch_wait = bool(self._ring.features & _FEAT_MIN_TIMEOUT)
-        self._arg_batch = _GetEventsArg(0, 0, self.batch_wait_us, ctypes.addressof(self._ts))
-        self._argp_batch = ctypes.addressof(self._arg_batch)
         self._sys = _raw_enter()
 
-    def _enter(self, min_complete, timeout, to_submit=0, argp=None):
+    def _enter(self, min_complete, timeout, to_submit=0):
         if timeout != self._timeout:
             ts = self._ts
             ts.tv_sec = sec = int(timeout)
             ts.tv_nsec = int((timeout - sec) * 1e9)
             self._timeout = timeout
-        n = self._sys(NR_IO_URING_ENTER, self.fd, to_submit, min_complete, _ENTER_WAIT,
-                      argp or self._argp, self._argsz)
+        n = self._sys(NR_IO_URING_ENTER, self.fd, to_submit, min_complete, _ENTER_WAIT, self._argp, self._argsz)
         return n if n >= 0 else -ctypes.get_errno()
 
     @staticmethod
@@ -549,18 +534,6 @@ class Ring:
             ep = self._epoll = select.epoll()
             ep.register(self.fd, select.EPOLLIN)
         return bool(ep.poll(timeout)) or self.ready() > 0
-
-    def wait_for(self, nr, timeout):
-        """wait(timeout), woken for `nr` completions rather than the first: the kernel
-        sleeps until nr are ready or batch_wait_us pass, then returns with any that
-        are; with none, it sleeps on until one comes or `timeout` passes (man
-        io_uring_enter(2), IORING_FEAT_MIN_TIMEOUT; liburing's
-        io_uring_submit_and_wait_min_timeout). Where the ring cannot ("epoll" mode,
-        kernels before 6.12) or nr < 2, it is wait(timeout)."""
-        if nr < 2 or not self.batch_wait or self.wait_mode != "ring":
-            return self.wait(timeout)
-        self.enters += 1
-        return self._wait_result(self._enter(nr, timeout, 0, self._argp_batch))
 
     def prep_accept(self, fd, tag, multishot=True):
         s = self._sqe()

@@ -94,10 +94,9 @@ class UringReactor(ReactorBase):
             # (One enter that submits and sleeps, Ring.submit_and_wait, measured worse under
             # load: it is a ctypes call on every turn, where get_events is a cheap one
             # holding the GIL.)
-            self.io_turn = self._turn(ring.get_events, ring.wait, ring.wait_for)
+            self.io_turn = self._turn(ring.get_events, ring.wait)
         else:
-            sleep = self._epoll_sleep()
-            self.io_turn = self._turn(ring.submit, sleep, lambda nr, timeout: sleep(timeout))
+            self.io_turn = self._turn(ring.submit, self._epoll_sleep())
 
     def _epoll_sleep(self):
         """The sleep of the "epoll" mode: in epoll on the ring fd and the mailbox's wake-up
@@ -118,29 +117,18 @@ class UringReactor(ReactorBase):
             return bool(ev)
         return sleep
 
-    def _turn(self, enter, sleep, sleep_for):
+    def _turn(self, enter, sleep):
         """The loop's I/O turn: `enter` submits what is prepared ("ring" mode: and runs
         the completions queued as task work), `sleep(timeout)` waits for a completion or
-        a post without the GIL (-> True unless the timeout passed), `sleep_for(nr,
-        timeout)` likewise but woken for nr completions when they come within
-        Ring.wait_for's first stretch; then reap.
-
-        Under load (fused hits not yet folded) the turn sleeps for half as many
-        completions as the last turn reaped: one wake-up then serves a batch where it
-        served one or two, which is most of what a wake-up costs at 4 KiB (measured:
-        docs/benchmarks.md, issue 18, eighth day). The wait this adds is bounded by
-        BATCH_WAIT_US, and only where the last turn reaped 4 or more; one connection's
-        requests (1 a turn) never wait for company."""
+        a post without the GIL (-> True unless the timeout passed); then reap."""
         ring = self.ring
         # the turn runs once per loop pass: what it uses is bound here, once
         ready, reap = ring.ready, ring.reap
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
         hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
         marks = self._turn_marks
-        want = 1        # completions the next sleep under load waits for (sleep_for)
 
         def turn():
-            nonlocal want
             enter()
             # Never sleep with a completion ready (reap takes at most its cap per turn) or a
             # post queued. Completions still queued as task work need no check here: the
@@ -148,11 +136,11 @@ class UringReactor(ReactorBase):
             if not ready() and not pending():
                 if not hits:
                     sleep(IDLE_WAIT)
-                elif not (marks and self.now - marks[0][0] < FOLD_AGE and sleep_for(want, FOLD_IDLE)):
+                elif not (marks and self.now - marks[0][0] < FOLD_AGE and sleep(FOLD_IDLE)):
                     fold()        # the load paused (or the hits aged): see fold_hits
                     sleep(IDLE_WAIT)
             now = self.now = monotonic()
-            want = reap(dispatch) >> 1
+            reap(dispatch)
             n = len(hits)
             if n != marked[0]:
                 mark((now, monotonic() - now, n))
