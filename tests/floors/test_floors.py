@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pulsys.platform import PlatformFacts
+from tests.conftest import vars_when
 
 ALLOC_BLOCKS_PER_HIT = 0.05      # net new allocated blocks per warm hit, after warm-up
 # tracemalloc growth attributed to pulsys/ over the run: less than two connections' 64 KiB
@@ -38,19 +38,6 @@ def load(srv, total, conns=16, path="/bench/f/resolve/main/f.bin"):
                         str(total), str(conns), str(SIZE)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and not p.stderr, p.stderr[-2000:] + repr(srv.vars())
     return int(p.stdout)
-
-
-def counted(srv, hits, timeout=10.0):
-    """srv.vars() once its counters hold `hits` warm hits (or at the deadline). The io_uring
-    loop counts its fused hits when the load pauses (FOLD_IDLE), so a read made the moment
-    the client exits can precede the last fold; on a loaded CI machine the reactor thread
-    may not run for tens of milliseconds (one CI run read 9,966 of 10,000)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = srv.vars()
-        if v["cache_hits"] >= hits or time.monotonic() > deadline:
-            return v
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -82,7 +69,7 @@ def test_io_uring_enters_per_warm_hit_below_one_at_c16(warm_server):
     srv = warm_server("on")
     v0 = srv.vars()
     assert load(srv, HITS, conns=16) == HITS
-    v1 = counted(srv, v0["cache_hits"] + HITS)
+    v1 = vars_when(srv, lambda v: v["cache_hits"] >= v0["cache_hits"] + HITS)
     hits = v1["cache_hits"] - v0["cache_hits"]
     enters = v1["uring_enter"] - v0["uring_enter"]
     assert hits >= HITS, "%d warm hits counted of %d served" % (hits, HITS)

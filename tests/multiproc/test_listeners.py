@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pulsys.config import build_config
 from pulsys.testing.fake_hub import sha256_hex
-from tests.conftest import wait_until
+from tests.conftest import vars_when, wait_until
 
 BODY = os.urandom(3 * 1024 * 1024 + 5)
 SMALL = os.urandom(4096)
@@ -60,7 +60,7 @@ def test_connections_are_spread_over_both_workers(srv):
     for _ in range(64):
         st, body = one_request(srv.address, "/org/m/resolve/main/small.safetensors")
         assert st == 200 and body == SMALL
-    v = srv.vars()
+    v = vars_when(srv, lambda v: v["cache_hits"] >= 64)
     accepted = per_worker(v, "connections_accepted")
     assert sum(accepted) == 65 and min(accepted) > 0, accepted
     assert v["connections_accepted"] == 65 and v["cache_hits"] >= 64
