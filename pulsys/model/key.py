@@ -6,8 +6,6 @@ per request, hf-protocol.md §7.4), so two clients asking for the same bytes mee
 same key whatever token or URL signature they carried.
 """
 
-from pulsys.model import target as T
-
 
 def cache_key(kind, rtype, repo, rev, path="", extra=""):
     """Key for one cacheable thing.

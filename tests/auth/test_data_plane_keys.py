@@ -15,7 +15,7 @@ import pytest
 
 from pulsys.auth.keys import key_id
 from tests.auth.conftest import admin_url, call
-from tests.conftest import COUNTER_SYNC, ROOT, vars_when
+from tests.conftest import ROOT, vars_when
 
 SMALL = b'{"model_type": "bert", "n": 1}'        # answered from memory: the fused uring hit
 BIG = os.urandom(300 * 1024 + 7)                 # a file body: sendfile

@@ -5,8 +5,6 @@ test_fill_pieces.py. Each test runs with one listener (in-process) and two (work
 processes), except those that reach into the in-process upstream service."""
 
 import concurrent.futures
-import hashlib
-import json
 import os
 import time
 

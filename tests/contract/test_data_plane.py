@@ -2,7 +2,6 @@
 with a real fill from the fake Hub. Parametrised by sender implementation and by
 process layout (one listener in-process; two listeners as worker processes)."""
 
-import hashlib
 import os
 import socket
 import sys

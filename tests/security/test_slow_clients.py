@@ -3,7 +3,6 @@ idle and send-stall timeouts and what starts each; the per-IP and total connecti
 caps at accept time. Timeouts are checked by a sweep once a second, so a deadline of
 T seconds closes between T and T + 1 s (plus scheduling); the bounds below allow that."""
 
-import hashlib
 import os
 import time
 
