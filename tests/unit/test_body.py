@@ -36,16 +36,19 @@ class Scripted:
     def _conn(self, c):
         f = c.makefile("rb")
         with c:
-            while self.answers:
-                while f.readline() not in (b"\r\n", b"\n", b""):
-                    pass
-                head, body, then = self.answers.pop(0)
-                c.sendall(head + body)
-                if then == "stall":
-                    self.stop.wait(5)
-                    return
-                if then == "close":
-                    return
+            try:
+                while self.answers:
+                    while f.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    head, body, then = self.answers.pop(0)
+                    c.sendall(head + body)
+                    if then == "stall":
+                        self.stop.wait(5)
+                        return
+                    if then == "close":
+                        return
+            except ConnectionError:
+                return      # the client reset it (a close with bytes unread): as a server, done
 
     def close(self):
         self.stop.set()
