@@ -95,7 +95,7 @@ def child(tree, k, turns, ring="record", without="none"):
     marks = getattr(r, "_turn_marks", None)   # trees before turns were folded together: None
     if marks is not None:
         from pulsys.reactor.uring import FOLD_AT
-        mark, marked = marks.append, r._marked
+        mark = marks.append
 
     def turn():
         now = r.now = mono()
@@ -110,9 +110,8 @@ def child(tree, k, turns, ring="record", without="none"):
             fold()
         else:                   # as the loop's turn ends under load (it never sleeps here)
             m = len(hits)
-            if m != marked[0]:
+            if m != (marks[-1][2] if marks else 0):
                 mark((now, mono() - now, m))
-                marked[0] = m
                 if m >= FOLD_AT:
                     fold()
         if log.buffered() >= log.BATCH:

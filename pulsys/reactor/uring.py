@@ -77,7 +77,6 @@ class UringReactor(ReactorBase):
         self._turn_hits = []                 # fused hits not yet folded, in order (fold_hits)
         self._turn_hit = self._turn_hits.append
         self._turn_marks = []                # per turn among them: (t0, seconds, end index)
-        self._marked = [0]                   # len(_turn_hits) at the last mark
         self._turn_counts = {}               # fold_hits: Answer -> its hits in the fold
         if self.access is not None:
             self.access = self._after_fold(self.access)
@@ -125,8 +124,8 @@ class UringReactor(ReactorBase):
         # the turn runs once per loop pass: what it uses is bound here, once
         ready, reap = ring.ready, ring.reap
         pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
-        hits, fold, mark, marked = self._turn_hits, self.fold_hits, self._turn_marks.append, self._marked
-        marks = self._turn_marks
+        hits, fold, marks = self._turn_hits, self.fold_hits, self._turn_marks
+        mark = marks.append
 
         def turn():
             enter()
@@ -142,9 +141,8 @@ class UringReactor(ReactorBase):
             now = self.now = monotonic()
             reap(dispatch)
             n = len(hits)
-            if n != marked[0]:
+            if n != (marks[-1][2] if marks else 0):     # hits since the last mark: this turn's
                 mark((now, monotonic() - now, n))
-                marked[0] = n
                 if n >= FOLD_AT:
                     fold()
             c[_ENTER] = ring.enters
@@ -464,7 +462,7 @@ class UringReactor(ReactorBase):
         if not n:
             return
         now = self.now
-        if self._marked[0] != n:
+        if not marks or marks[-1][2] != n:
             marks.append((now, monotonic() - now, n))
         _count_elements(counts, hits)
         nbytes = fused = cached = sqes = 0
@@ -492,7 +490,6 @@ class UringReactor(ReactorBase):
         counts.clear()
         hits.clear()
         marks.clear()
-        self._marked[0] = 0
 
     def _hit_file(self, conn, a, t0):
         """A remembered answer whose body is read from the blob file (sizes above the
