@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -116,13 +115,8 @@ def start_floor(root, flags, cpus="0"):
     p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "uring_floor.py"),
                          "--port", str(port), "--root", root] + flags,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1).read()
-        except urllib.error.HTTPError:
-            return p, "http://127.0.0.1:%d" % port        # its 404: it answers
-        except OSError:
-            time.sleep(0.05)
+    if bench_compare.wait_port(port, p):
+        return p, "http://127.0.0.1:%d" % port
     p.kill()
     raise SystemExit("bench_warm: uring_floor.py did not start with flags %s" % flags)
 
