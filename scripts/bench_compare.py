@@ -376,9 +376,10 @@ class Peer:
 class Pulsys(Peer):
     server = "pulsys"
 
-    def __init__(self, ctx, variant, flag, root=ROOT):
+    def __init__(self, ctx, variant, flag, root=ROOT, listeners=1):
         self.variant = variant
         self.flag = flag
+        self.listeners = listeners   # > 1: worker processes on CPU 0 (profile_floors)
         self.root = root      # the source tree run (`python -m pulsys` from there): this one,
         super().__init__(ctx)  # or another commit's worktree for an A/B (profile_floors --base-tree)
 
@@ -386,7 +387,7 @@ class Pulsys(Peer):
         hub = self.ctx.hub
         self.admin_port = free_port()
         # one listener: the targets compare one pulsys reactor with one nginx worker
-        return pin(0) + [sys.executable, "-m", "pulsys", self.flag, "--listeners", "1",
+        return pin(0) + [sys.executable, "-m", "pulsys", self.flag, "--listeners", str(self.listeners),
                          "--listen", "127.0.0.1:%d" % self.port,
                          "--admin-listen", "127.0.0.1:%d" % self.admin_port,
                          "--upstream", hub.url, "--allow-upstream-host", hub.cdn_netloc,
@@ -550,12 +551,19 @@ class UringFloor(Peer):
     variant = "python-liburing"
     max_size = WRK_MAX_SIZE      # a per-request Python reference: small bodies only
 
+    def __init__(self, ctx, processes=1):
+        self.processes = processes   # > 1: its --processes (SO_REUSEPORT, a process and ring each)
+        if processes > 1:
+            self.variant = "python-liburing-p%d" % processes
+        super().__init__(ctx)
+
     def start(self):
         self.version = liburing_version()
         out = os.path.join(self.dir, "floor.log")
         with open(out, "w") as logf:
             self.spawn(pin(0) + [sys.executable, os.path.join(PEERS_DIR, "uring_floor.py"),
-                                 "--port", str(self.port), "--root", self.ctx.www],
+                                 "--port", str(self.port), "--root", self.ctx.www,
+                                 "--processes", str(self.processes)],
                        stdout=logf, stderr=subprocess.STDOUT)
         if not wait_port(self.port, self.proc, self.start_timeout):
             raise Unavailable("uring_floor.py did not start: %s" % tail(out))
@@ -611,8 +619,12 @@ def make_peers(ctx, names):
             out.append(Varnish(ctx))
         elif name == "olah":
             out.append(Olah(ctx))
+        elif name == "pulsys-iouring-l2":     # what two reactor processes on one CPU cost
+            out.append(Pulsys(ctx, "iouring-l2", "--iouring", listeners=2))
         elif name == "uring-floor":
             out.append(UringFloor(ctx))
+        elif name == "uring-floor-p2":        # the same layout without pulsys
+            out.append(UringFloor(ctx, processes=2))
         elif name == "uring-ref":
             out.append(UringRef(ctx))
     return out

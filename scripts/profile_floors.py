@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -46,18 +47,28 @@ TCK = os.sysconf("SC_CLK_TCK")
 
 
 def threads(pid):
-    """{tid: (name, utime+stime split as (user, system) ticks)}."""
+    """{tid: (name, user ticks, system ticks)} of every thread of pid and its descendants
+    (pulsys --listeners 2: the worker processes; uring_floor.py --processes 2: its forks)."""
     out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
+    for p in B.process_tree(pid):
         try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                d = f.read()
+            tids = os.listdir("/proc/%d/task" % p)
         except OSError:
             continue
-        name = d[d.index("(") + 1:d.rindex(")")]
-        f = d[d.rindex(")") + 2:].split()
-        out[int(tid)] = (name, int(f[11]), int(f[12]))
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/stat" % (p, tid)) as f:
+                    d = f.read()
+            except OSError:
+                continue
+            name = d[d.index("(") + 1:d.rindex(")")]
+            f = d[d.rindex(")") + 2:].split()
+            out[int(tid)] = (name, int(f[11]), int(f[12]))
     return out
+
+
+def tree_pids(pid):
+    return ",".join(str(p) for p in sorted(B.process_tree(pid)))
 
 
 KERNEL_EVENTS = ["io_uring:io_uring_task_add", "io_uring:io_uring_local_work_run", "ipi:ipi_send_cpu",
@@ -93,7 +104,7 @@ def thread_cpu(pid, run, workdir):
 
 def perf_trace(pid, run, workdir):
     out = os.path.join(workdir, "trace.txt")
-    p = subprocess.Popen(["perf", "trace", "-s", "-p", str(pid), "-o", out], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(["perf", "trace", "-s", "-p", tree_pids(pid), "-o", out], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     time.sleep(1.0)
     g = run()
@@ -115,7 +126,8 @@ def perf_trace(pid, run, workdir):
 def py_spy(pid, run, workdir, rate):
     out = os.path.join(workdir, "spy.txt")
     p = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-p", str(pid),
-                          "--threads", "--gil", "--nonblocking", "-r", str(rate), "-f", "raw", "-o", out],
+                          "--threads", "--gil", "--nonblocking", "--subprocesses", "-r", str(rate), "-f", "raw",
+                          "-o", out],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)
     g = run()
@@ -134,6 +146,64 @@ def py_spy(pid, run, workdir, rate):
                "leaf_top": [(k, round(v / total, 4)) for k, v in leaf.most_common(25)] if total else []}
 
 
+SAMPLE_US = 250      # perf record -e cpu-clock -c: one sample per 250 us of a CPU's time
+
+
+def cpu_profile(pid, run, workdir, top=60):
+    """Where CPU 0's time goes while it serves, by function: `perf record -e cpu-clock`
+    (a software timer, which this VM's missing hardware counters do not need) on CPU 0,
+    the server's threads only (by name: `perf report --pid` drops some rounds' samples of
+    threads perf found running at its start) -> (loadgen's report, [(dso, symbol,
+    samples)], samples)."""
+    out = os.path.join(workdir, "cpu.data")
+    comms = ",".join(sorted({name for name, _, _ in threads(pid).values()}))
+    p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-c", str(SAMPLE_US * 1000), "-C", "0",
+                          "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    g = run()
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    rep = subprocess.run(["perf", "report", "-i", out, "--stdio", "-n", "--no-children", "--comm", comms,
+                          "--sort", "dso,sym", "-g", "none"], capture_output=True, text=True).stdout
+    rows = []
+    for line in rep.splitlines():
+        m = re.match(r"\s+[\d.]+%\s+(\d+)\s+(\S+)\s+\[.\]\s+(.*)", line)
+        if m:
+            rows.append((m.group(2), m.group(3).strip(), int(m.group(1))))
+    return g, rows[:top], sum(r[2] for r in rows)
+
+
+SUMMED_EVENTS = ("context-switches", "irq_vectors:reschedule_entry", "ipi:ipi_send_cpu", "sched:sched_wakeup")
+
+
+def summary(rows):
+    """Per server, medians over rounds: CPU a request (user, system) and the kernel events
+    of both CPUs a request; with profile runs, the functions' time a request summed over
+    rounds (per-round medians of a thin function are mostly zero)."""
+    out = {}
+    for server in dict.fromkeys(r["server"] for r in rows):
+        mine = [r for r in rows if r["server"] == server and r.get("cpu_us_per_request_split")]
+        if not mine:
+            continue
+        med = lambda xs: round(statistics.median(xs), 3)  # noqa: E731
+        s = {"rounds": len(mine),
+             "cpu_us_per_request": med([r["cpu_us_per_request_total"] for r in mine]),
+             "user_us_per_request": med([r["cpu_us_per_request_split"]["user"] for r in mine]),
+             "system_us_per_request": med([r["cpu_us_per_request_split"]["system"] for r in mine]),
+             "kernel_events_per_request": {e: med([sum(c.get(e, 0) for c in r["kernel_events_per_request"].values())
+                                                   for r in mine]) for e in SUMMED_EVENTS}}
+        prof = [r for r in mine if r.get("profile_top_us_per_request")]
+        if prof:
+            acc = collections.Counter()
+            for r in prof:
+                for d, f, us in r["profile_top_us_per_request"]:
+                    acc["%s %s" % (d, f)] += us / len(prof)
+            s["profile_us_per_request"] = med([r["profile_us_per_request"] for r in prof])
+            s["profile_top_us_per_request"] = [(k, round(v, 3)) for k, v in acc.most_common(30)]
+        out[server] = s
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=4096)
@@ -144,7 +214,12 @@ def main():
     ap.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     ap.add_argument("--out-dir")
     ap.add_argument("--base-tree", help="also run pulsys --iouring from this source tree (A/B)")
+    ap.add_argument("--runs", default="plain,trace,py-spy",
+                    help="which runs a round makes, of plain,trace,py-spy,profile (perf record)")
     a = ap.parse_args()
+    runs = set(a.runs.split(","))
+    if runs - {"plain", "trace", "py-spy", "profile"}:
+        raise SystemExit("profile_floors: error: --runs takes plain,trace,py-spy,profile")
     for tool in ("perf",):
         if not shutil.which(tool):
             raise SystemExit("profile_floors: error: %s not found" % tool)
@@ -185,18 +260,32 @@ def main():
                 row["cpu_us_per_request"] = {t: {"user": round(u / n * 1e6, 2), "system": round(s / n * 1e6, 2)}
                                              for t, (u, s) in cpu.items()} if n else {}
                 row["cpu_us_per_request_total"] = round(sum(u + s for u, s in cpu.values()) / n * 1e6, 2) if n else None
-                g, calls = perf_trace(pid, run, ctx.workdir)
-                n = g.get("requests") or 0
-                row["trace_req_per_s"] = round(g.get("req_per_s", 0), 1)
-                row["syscalls_per_request"] = {t: {k: round(v / n, 3) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
-                                               for t, c in calls.items()} if n else {}
-                g, spy = py_spy(pid, run, ctx.workdir, a.rate)
-                row["py_spy_req_per_s"] = round(g.get("req_per_s", 0), 1)
-                row["py_spy"] = spy
+                row["cpu_us_per_request_split"] = {
+                    "user": round(sum(u for u, _ in cpu.values()) / n * 1e6, 2),
+                    "system": round(sum(s for _, s in cpu.values()) / n * 1e6, 2)} if n else None
+                syscalls = ""
+                if "trace" in runs:
+                    g, calls = perf_trace(pid, run, ctx.workdir)
+                    n = g.get("requests") or 0
+                    row["trace_req_per_s"] = round(g.get("req_per_s", 0), 1)
+                    row["syscalls_per_request"] = {t: {k: round(v / n, 3) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
+                                                   for t, c in calls.items()} if n else {}
+                    syscalls = "; syscalls/request %s" % {t: round(sum(c.values()), 2)
+                                                          for t, c in row["syscalls_per_request"].items()}
+                if "py-spy" in runs:
+                    g, spy = py_spy(pid, run, ctx.workdir, a.rate)
+                    row["py_spy_req_per_s"] = round(g.get("req_per_s", 0), 1)
+                    row["py_spy"] = spy
+                if "profile" in runs:
+                    g, top, total = cpu_profile(pid, run, ctx.workdir)
+                    n = g.get("requests") or 0
+                    row["profile_req_per_s"] = round(g.get("req_per_s", 0), 1)
+                    row["profile_us_per_request"] = round(total * SAMPLE_US / n, 2) if n else None
+                    row["profile_top_us_per_request"] = [(d, f, round(k * SAMPLE_US / n, 3)) for d, f, k in top] if n else []
                 rows.append(row)
-                B.log("round %d %-28s %9.0f req/s %6.2f us CPU/request; syscalls/request %s" % (
+                B.log("round %d %-28s %9.0f req/s %6.2f us CPU/request (user %s, system %s)%s" % (
                     rnd, peer.key, row["req_per_s"], row["cpu_us_per_request_total"] or 0,
-                    {t: round(sum(c.values()), 2) for t, c in row["syscalls_per_request"].items()}))
+                    *((row["cpu_us_per_request_split"] or {}).get(k) for k in ("user", "system")), syscalls))
     finally:
         for p in ctx.started:
             p.stop()
@@ -207,7 +296,7 @@ def main():
                tools={"perf": B.version_of(["perf", "--version"]),
                       "py_spy": B.version_of([os.path.join(os.path.dirname(sys.executable), "py-spy"), "--version"])},
                peers={p.key: [B.portable_path(ctx, c) for c in p.command] for p in peers},
-               loadavg_after=B.loadavg(), unavailable=unavailable, rows=rows)
+               loadavg_after=B.loadavg(), unavailable=unavailable, rows=rows, summary=summary(rows))
     if base is not None:
         p = subprocess.run(["git", "-C", base.root, "rev-parse", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", base.root, "status", "--porcelain"], capture_output=True, text=True)
