@@ -2,8 +2,8 @@
 (`uring-ref`), pulsys's own featureless floor (`uring-floor`) and pulsys (`pulsys-iouring`,
 as bench_compare runs it: access log on) under the same bounded load, counted per request.
 
-Per server and round, three runs of the C keep-alive client (scripts/bench_peers/loadgen.c,
-CPU 1; servers on CPU 0), each --duration seconds:
+Per server and round, up to five runs of the C keep-alive client (scripts/bench_peers/loadgen.c,
+CPU 1; servers on CPU 0), each --duration seconds (--runs picks them; plain always runs):
   plain   req/s, each thread's user and system CPU (/proc/<pid>/task/<tid>/stat) per request,
           and kernel events per CPU (perf stat -a -A, counting: io_uring task work added
           or run locally, IPIs sent, reschedule and call-function interrupts, wake-ups)
@@ -12,17 +12,28 @@ CPU 1; servers on CPU 0), each --duration seconds:
           is (leaf frames, share of samples), and which thread it is. The liburing binding
           keeps the GIL inside io_uring_enter, so the reference's submit_and_wait (its
           sleep too) and pulsys's submit show up as lines; epoll sleeps do not
+  profile `perf record -e cpu-clock` on CPU 0 (a software timer: this VM has no hardware
+          counters): the server's time a request by function, kernel and user
+  footprint  the memory each server process touches in --window seconds of load, by
+          mapping: /proc/PID/clear_refs (1: clear the Accessed bits) then the
+          "Referenced:" lines of /proc/PID/smaps (proc(5)). Pages, not cache lines: what
+          the TLB must map again after another process ran, and a ceiling on what the
+          caches must refill
+Servers: uring-ref, uring-floor, pulsys-iouring, and for what two processes on one CPU
+cost, pulsys-iouring-l2 (--listeners 2) and uring-floor-p2 (--processes 2).
 Counts per request depend little on load (calls per loop turn do: batches grow with load),
 CPU per request depends on it; compare servers within one run only.
 
     python scripts/profile_floors.py --size 4096 --concurrency 16 --duration 3 --rounds 2
+    python scripts/profile_floors.py --concurrency 64 --runs plain,profile,footprint \
+        --servers pulsys-iouring,pulsys-iouring-l2,uring-floor,uring-floor-p2
 
 --base-tree DIR adds `pulsys-iouring` run from another source tree (a worktree of another
 commit: git worktree add --detach /tmp/base <commit>) as the peer pulsys/iouring-base, with
 the same interpreter and liburing, for a before/after comparison inside one run.
 
 Writes results/<machine>/profile_floors_<size>_c<N>_<date>.json with provenance (or --out-dir).
-Needs perf and py-spy (pip install py-spy); a server that cannot start is recorded unavailable.
+Needs perf, and py-spy for its run (pip install py-spy); a server that cannot start is recorded unavailable.
 """
 
 import argparse
@@ -35,6 +46,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -149,7 +161,7 @@ def py_spy(pid, run, workdir, rate):
 SAMPLE_US = 250      # perf record -e cpu-clock -c: one sample per 250 us of a CPU's time
 
 
-def cpu_profile(pid, run, workdir, top=60):
+def cpu_profile(pid, run, workdir, top=80):
     """Where CPU 0's time goes while it serves, by function: `perf record -e cpu-clock`
     (a software timer, which this VM's missing hardware counters do not need) on CPU 0,
     the server's threads only (by name: `perf report --pid` drops some rounds' samples of
@@ -171,6 +183,46 @@ def cpu_profile(pid, run, workdir, top=60):
         if m:
             rows.append((m.group(2), m.group(3).strip(), int(m.group(1))))
     return g, rows[:top], sum(r[2] for r in rows)
+
+
+def footprint(pid, run, window):
+    """KiB of each mapping that each process of the server touched in `window` seconds
+    of steady load -> (loadgen's report, {pid: {mapping: KiB}})."""
+    got = {}
+    t = threading.Thread(target=lambda: got.update(g=run()))
+    t.start()
+    time.sleep(1.0)
+    pids = sorted(B.process_tree(pid))
+    files = []
+    for p in pids:
+        try:
+            files.append(open("/proc/%d/clear_refs" % p, "w"))
+        except OSError:
+            pass
+    for f in files:
+        f.write("1")
+        f.flush()
+    time.sleep(window)
+    touched = {}
+    for p in pids:
+        try:
+            with open("/proc/%d/smaps" % p) as f:
+                text = f.read()
+        except OSError:
+            continue
+        per, name = collections.Counter(), None
+        for line in text.splitlines():
+            parts = line.split()
+            if re.match(r"[0-9a-f]+-[0-9a-f]+$", parts[0]):
+                name = "%s %s" % (os.path.basename(parts[5]) if len(parts) > 5 else "[anon]", parts[1])
+            elif parts[0] == "Referenced:" and int(parts[1]):
+                per[name] += int(parts[1])
+        if per:
+            touched[p] = dict(per.most_common())
+    for f in files:
+        f.close()
+    t.join()
+    return got["g"], touched
 
 
 SUMMED_EVENTS = ("context-switches", "irq_vectors:reschedule_entry", "ipi:ipi_send_cpu", "sched:sched_wakeup")
@@ -199,7 +251,12 @@ def summary(rows):
                 for d, f, us in r["profile_top_us_per_request"]:
                     acc["%s %s" % (d, f)] += us / len(prof)
             s["profile_us_per_request"] = med([r["profile_us_per_request"] for r in prof])
-            s["profile_top_us_per_request"] = [(k, round(v, 3)) for k, v in acc.most_common(30)]
+            s["profile_top_us_per_request"] = [(k, round(v, 3)) for k, v in acc.most_common(60)]
+        fp = [r["footprint_kib"] for r in mine if r.get("footprint_kib")]
+        if fp:   # the process that touched most: a reactor (the parent of --listeners 2 is idle)
+            big = [max(f.values(), key=lambda m: m["total"]) for f in fp]
+            s["footprint_kib_busiest_process"] = med([m["total"] for m in big])
+            s["footprint_kib_busiest_process_mappings"] = big[-1]["mappings"]
         out[server] = s
     return out
 
@@ -215,11 +272,12 @@ def main():
     ap.add_argument("--out-dir")
     ap.add_argument("--base-tree", help="also run pulsys --iouring from this source tree (A/B)")
     ap.add_argument("--runs", default="plain,trace,py-spy",
-                    help="which runs a round makes, of plain,trace,py-spy,profile (perf record)")
+                    help="which runs a round makes, of plain,trace,py-spy,profile (perf record),footprint")
+    ap.add_argument("--window", type=float, default=0.02, help="footprint: seconds between clear and read")
     a = ap.parse_args()
     runs = set(a.runs.split(","))
-    if runs - {"plain", "trace", "py-spy", "profile"}:
-        raise SystemExit("profile_floors: error: --runs takes plain,trace,py-spy,profile")
+    if runs - {"plain", "trace", "py-spy", "profile", "footprint"}:
+        raise SystemExit("profile_floors: error: --runs takes plain,trace,py-spy,profile,footprint")
     for tool in ("perf",):
         if not shutil.which(tool):
             raise SystemExit("profile_floors: error: %s not found" % tool)
@@ -282,6 +340,10 @@ def main():
                     row["profile_req_per_s"] = round(g.get("req_per_s", 0), 1)
                     row["profile_us_per_request"] = round(total * SAMPLE_US / n, 2) if n else None
                     row["profile_top_us_per_request"] = [(d, f, round(k * SAMPLE_US / n, 3)) for d, f, k in top] if n else []
+                if "footprint" in runs:
+                    g, touched = footprint(pid, run, a.window)
+                    row["footprint_window_s"] = a.window
+                    row["footprint_kib"] = {str(p): {"total": sum(m.values()), "mappings": m} for p, m in touched.items()}
                 rows.append(row)
                 B.log("round %d %-28s %9.0f req/s %6.2f us CPU/request (user %s, system %s)%s" % (
                     rnd, peer.key, row["req_per_s"], row["cpu_us_per_request_total"] or 0,
