@@ -185,13 +185,13 @@ def cpu_profile(pid, run, workdir, top=80):
     return g, rows[:top], sum(r[2] for r in rows)
 
 
-def footprint(pid, run, window):
+def footprint(pid, run, window, delay):
     """KiB of each mapping that each process of the server touched in `window` seconds
-    of steady load -> (loadgen's report, {pid: {mapping: KiB}})."""
+    of steady load, from `delay` seconds into it -> (loadgen's report, {pid: {mapping: KiB}})."""
     got = {}
     t = threading.Thread(target=lambda: got.update(g=run()))
     t.start()
-    time.sleep(1.0)
+    time.sleep(delay)
     pids = sorted(B.process_tree(pid))
     files = []
     for p in pids:
@@ -341,7 +341,7 @@ def main():
                     row["profile_us_per_request"] = round(total * SAMPLE_US / n, 2) if n else None
                     row["profile_top_us_per_request"] = [(d, f, round(k * SAMPLE_US / n, 3)) for d, f, k in top] if n else []
                 if "footprint" in runs:
-                    g, touched = footprint(pid, run, a.window)
+                    g, touched = footprint(pid, run, a.window, min(1.0, a.duration / 3))
                     row["footprint_window_s"] = a.window
                     row["footprint_kib"] = {str(p): {"total": sum(m.values()), "mappings": m} for p, m in touched.items()}
                 rows.append(row)

@@ -367,6 +367,33 @@ def test_profile_splits_server_cpu_per_request(tmp_path):
     assert row["top_symbols"] and all(0 < t["share"] <= 1 for t in row["top_symbols"])
 
 
+def test_layout_profile_counts_every_process_of_a_two_process_server(tmp_path):
+    """scripts/profile_floors.py for real on the two-process layouts (pulsys --listeners 2,
+    uring_floor.py --processes 2): the CPU and the touched memory of both serving processes
+    are counted, not only the process that was started."""
+    if not ensure_tool(lambda: shutil.which("perf"), "linux-perf"):
+        pytest.skip("perf is not installed and cannot be installed here (needs root and apt-get)")
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "profile_floors.py"), "--servers",
+                        "pulsys-iouring-l2,uring-floor-p2", "--concurrency", "8", "--duration", "1", "--rounds", "1",
+                        "--runs", "plain,footprint", "--window", "0.05", "--out-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (path,) = tmp_path.glob("profile_floors_4096_c8_*.json")
+    doc = json.loads(path.read_text())
+    assert doc["unavailable"] == {}
+    assert sorted(r["server"] for r in doc["rows"]) == ["pulsys/iouring-l2", "uring-floor/python-liburing-p2"]
+    for row in doc["rows"]:
+        split = row["cpu_us_per_request_split"]
+        assert abs(split["user"] + split["system"] - row["cpu_us_per_request_total"]) < 0.02
+        # each of the two serving processes has its own ring, and touched it under load
+        rings = [pid for pid, f in row["footprint_kib"].items() if f["mappings"].get("anon_inode:[io_uring] rw-s")]
+        assert len(rings) == 2, row["footprint_kib"]
+        s = doc["summary"][row["server"]]
+        assert s["cpu_us_per_request"] == row["cpu_us_per_request_total"] > 0
+        assert s["footprint_kib_busiest_process"] == max(f["total"] for f in row["footprint_kib"].values())
+        assert s["kernel_events_per_request"]["context-switches"] > 0
+
+
 def test_profile_groups_shared_objects():
     import profile_warm
     assert profile_warm.dso_group("[kernel.kallsyms]") == "kernel"
