@@ -12,6 +12,7 @@ from pulsys.platform import PlatformFacts, load_sender
 from pulsys.reactor import backend_class
 from pulsys.reactor.fdcache import FdCache
 from pulsys.reactor.mailbox import Mailbox
+from tests.conftest import wait_until
 from tests.indexes import new_index, view_of
 
 _FACTS = PlatformFacts.probe()
@@ -143,9 +144,8 @@ def warm_loop(request, tmp_path):
 
 
 def _counted(r, n, within):
-    deadline = time.monotonic() + within
-    while r.counters[M.REQUESTS] < n and time.monotonic() < deadline:
-        time.sleep(0.001)
+    """The loop's request count once it reaches n, or at the deadline."""
+    wait_until(lambda: r.counters[M.REQUESTS] >= n, within, interval=0.001)
     return r.counters[M.REQUESTS]
 
 
