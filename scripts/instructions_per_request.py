@@ -180,8 +180,8 @@ def pulsys_enters(peer):
     return int(m.group(1)) if m else None
 
 
-def measure(ctx, peer, conc, a, outdir):
-    prefix = os.path.join(outdir, "%s-%s-c%d" % (peer.server, peer.variant, conc))
+def measure(ctx, peer, conc, a, outdir, ll_kib=None):
+    prefix = os.path.join(outdir, "%s-%s-c%d-ll%s" % (peer.server, peer.variant, conc, ll_kib))
     spawn = peer.spawn
 
     def under_callgrind(cmd, _spawn=spawn, **kw):
@@ -190,6 +190,8 @@ def measure(ctx, peer, conc, a, outdir):
         if cmd[at + 1:at + 3] == ["-m", "pulsys"]:
             cmd = cmd[:at + 1] + ["-c", BOOT] + cmd[at + 3:]
         sim = ["--cache-sim=yes", "--branch-sim=yes"] if a.cache_sim else []
+        if a.cache_sim and ll_kib:
+            sim += ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=%d,8,64" % (ll_kib * 1024)]
         _spawn(cmd[:at] + ["valgrind", "--tool=callgrind", "--separate-threads=yes"] + sim
                + ["--callgrind-out-file=%s.%%p.out" % prefix] + cmd[at:], **kw)
     peer.spawn = under_callgrind
@@ -241,6 +243,7 @@ def measure(ctx, peer, conc, a, outdir):
            "by_code_per_request": {k: round(v / n) for k, v in sorted(groups.items())},
            "turns_per_request": round(turns / n, 4) if turns else None}
     if a.cache_sim:
+        row["last_level_kib"] = ll_kib
         row["events_per_request"] = {k: round(v / n, 1) for k, v in events.items()}
         est = cycle_estimate(events)
         row["cycle_estimate_per_request"] = round(est / n) if est is not None else None
@@ -261,9 +264,21 @@ def main():
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--cache-sim", action="store_true", help="also simulate the caches and branch predictor "
                     "(valgrind --cache-sim=yes --branch-sim=yes): misses a request and a cycle estimate")
+    ap.add_argument("--ll-kib", default=None, metavar="KIB[,KIB]",
+                    help="with --cache-sim: simulate L1s of 32 KiB (8-way) and a last level of each of "
+                         "these sizes (8-way, 64 B lines), e.g. 1024,512: this CPU's L2, whole and halved, "
+                         "as when two reactors take turns on one core (default: the caches valgrind detects)")
     ap.add_argument("--keep-dumps", default=None, metavar="DIR", help="copy the callgrind dumps here "
                     "(callgrind_annotate reads them: which functions, which thread)")
     a = ap.parse_args()
+    try:
+        lls = [int(x) for x in a.ll_kib.split(",")] if a.ll_kib else [None]
+    except ValueError:
+        ap.error("--ll-kib: sizes in KiB, comma-separated, e.g. 1024,512")
+    if a.ll_kib and not a.cache_sim:
+        ap.error("--ll-kib needs --cache-sim")
+    if any(n is not None and (n < 64 or n & (n - 1)) for n in lls):
+        ap.error("--ll-kib: each size a power of two of at least 64 (valgrind needs a power-of-two set count)")
     for tool in ("valgrind", "callgrind_control"):
         if not shutil.which(tool):
             raise SystemExit("instructions_per_request: error: %s not found (apt-get install valgrind)" % tool)
@@ -274,13 +289,15 @@ def main():
     rows = []
     try:
         for conc in B.parse_list(a.concurrency):
-            for name in a.servers.split(","):
-                peer = B.make_peers(ctx, [name])[0]
-                try:
-                    rows.append(measure(ctx, peer, conc, a, outdir))
-                except B.Unavailable as e:
-                    rows.append({"server": peer.key, "concurrency": conc, "error": "unavailable: %s" % e})
-                    B.log("%s: %s" % (peer.key, rows[-1]["error"]))
+            for ll in lls:
+                for name in a.servers.split(","):
+                    peer = B.make_peers(ctx, [name])[0]
+                    try:
+                        rows.append(measure(ctx, peer, conc, a, outdir, ll))
+                    except B.Unavailable as e:
+                        rows.append({"server": peer.key, "concurrency": conc, "last_level_kib": ll,
+                                     "error": "unavailable: %s" % e})
+                        B.log("%s: %s" % (peer.key, rows[-1]["error"]))
     finally:
         for p in ctx.started:
             p.stop()

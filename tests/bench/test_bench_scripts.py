@@ -558,3 +558,49 @@ def test_callgrind_simulated_misses_give_a_cycle_estimate(tmp_path):
     ev = I.event_totals(str(dump))
     assert ev["Ir"] == 1000 and ev["D1mw"] == 5 and ev["Bim"] == 1
     assert I.cycle_estimate(ev) == 1000 + 10 * (3 + 4 + 5 + 10 + 1) + 100 * (1 + 2 + 0)
+
+
+def test_switch_cost_measures_every_mode_and_derives_the_costs(tmp_path):
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.fail("no C compiler for scripts/bench_peers/switch_cost.c (apt-get install gcc)")
+    cpu = min(os.sched_getaffinity(0))
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "switch_cost.py"), "--hot-kib", "0,64",
+                        "--rounds", "2", "--cell-seconds", "0.02", "--cpu", str(cpu), "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (out,) = tmp_path.glob("switch_cost_*.json")
+    doc = json.loads(out.read_text())
+    assert all(k in doc for k in PROVENANCE) and doc["cpu"] == cpu
+    assert [r["hot_kib"] for r in doc["rows"]] == [0, 64]
+    for r in doc["rows"]:
+        assert r["lines_walked_per_wake"] == r["hot_kib"] * 1024 // 64
+        med = r["ns_per_switch"]
+        for m in ("alone", "thread", "proc"):
+            assert len(r["samples"][m]) == 2 and all(0 < s < 1e8 for s in r["samples"][m])
+            assert med[m] == pytest.approx(sum(r["samples"][m]) / 2, abs=0.051)
+        assert r["switch_and_refill_ns"] == pytest.approx(med["proc"] - med["alone"], abs=0.11)
+        assert r["address_space_ns"] == pytest.approx(med["proc"] - med["thread"], abs=0.11)
+
+
+def test_switch_cost_refuses_bad_input_without_a_traceback(tmp_path):
+    script = os.path.join(SCRIPTS, "switch_cost.py")
+    for args, says in ((["--hot-kib", "a,b"], "--hot-kib takes sizes"), (["--hot-kib", "-4"], "--hot-kib takes"),
+                       (["--stride", "4"], "--stride >= 8"), (["--cpu", "4096"], "is not one this process")):
+        p = subprocess.run([sys.executable, script, "--out-dir", str(tmp_path)] + args,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and says in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not list(tmp_path.iterdir())
+    import switch_cost
+    exe = switch_cost.build(str(tmp_path))
+    for args in (["spin", "10", "0", "64"], ["proc", "0", "0", "64"], ["proc", "10", "0", "4"]):
+        p = subprocess.run([exe] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and p.stderr.startswith(("usage: switch_cost", "switch_cost:")), (args, p.stderr)
+
+
+def test_cache_simulation_of_a_halved_l2_refuses_sizes_valgrind_cannot_take():
+    script = os.path.join(SCRIPTS, "instructions_per_request.py")
+    for args, says in ((["--cache-sim", "--ll-kib", "1000"], "power of two"),
+                       (["--cache-sim", "--ll-kib", "1024,x"], "sizes in KiB"),
+                       (["--ll-kib", "512"], "needs --cache-sim")):
+        p = subprocess.run([sys.executable, script] + args, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
