@@ -34,6 +34,16 @@ a layout costs without pulsys, e.g. --listeners 2 against 1 beside the floor's
         --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
         --variant floor:p1=--processes=1 --variant floor:p2=--processes=2
 
+A FLAGS token +co-runner=PERIOD_US:HOT_KIB (taken out of the flags) runs, beside that
+variant's server on its first CPU and only while the load runs, the co-runner of
+scripts/bench_peers/switch_cost.c: every PERIOD_US it wakes, walks a hot set of HOT_KIB
+and sleeps, taking the CPU from the server as a second reactor would. Its CPU is not
+the server's; what the server's CPU a request does beside it is what each interruption
+costs the server (the switch, and refilling what the co-runner evicted):
+
+    python scripts/bench_warm.py --name interrupted --generator loadgen --connections 64 \
+        --variant l1="--iouring --listeners=1" --variant l1_h512="--iouring --listeners=1 +co-runner=250:512"
+
 --listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
 
     python scripts/bench_warm.py --name listeners_scaling --server-cpus 0,1 --generator loadgen \
@@ -58,6 +68,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import bench_compare  # noqa: E402
+import switch_cost  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
@@ -155,6 +166,17 @@ def loadgen(exe, url, size, connections, duration, headers=()):
     return (d["req_per_s"], "%.1fus" % d["p50_us"], "%.1fus" % d["p99_us"], d["requests"], d["cpu_s"])
 
 
+def start_co_runner(exe, period_and_kib, cpus):
+    """switch_cost.c's tick mode on the first of the server's CPUs; a moment to build its
+    hot set before the load starts."""
+    period, kib = period_and_kib
+    p = subprocess.Popen(["taskset", "-c", str(cpu_list(cpus)[0]), exe, "tick", str(period), str(kib), "64"])
+    time.sleep(0.2)
+    if p.poll() is not None:
+        raise SystemExit("bench_warm: error: the co-runner exited %s" % p.returncode)
+    return p
+
+
 def cpu_seconds(pid):
     """User + system CPU seconds of a process tree: pulsys and, with --listeners N > 1, its
     worker processes (bench_compare.tree_cpu_ticks: /proc/PID/stat of each, plus reaped
@@ -193,21 +215,30 @@ def main():
     a = ap.parse_args()
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
+    variants, trees, revs, co = [], {}, {}, {}
+    for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
+        name, _, flags = v.partition("=")
+        flags = flags.split()
+        for t in [t for t in flags if t.startswith("+co-runner=")]:
+            flags.remove(t)
+            m = re.fullmatch(r"\+co-runner=(\d+):(\d+)", t)
+            if not m or int(m.group(1)) < 1:
+                raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB, e.g. +co-runner=250:512" % t)
+            co[name] = (int(m.group(1)), int(m.group(2)))
+        variants.append((name, flags))
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
     if workdir:
         exe = bench_compare.build_loadgen(workdir)[0]
         generate = lambda url, size, headers: loadgen(exe, url, size, a.connections, a.duration, headers)  # noqa: E731
     else:
         generate = lambda url, size, headers: wrk(url, a.connections, a.duration, headers)  # noqa: E731
-    variants, trees, revs = [], {}, {}
     tree_dir = tempfile.mkdtemp(prefix="bench_warm-trees-")
-    for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
-        name, _, flags = v.partition("=")
+    for name, _ in variants:
         rev = name.partition("@")[2]
         if rev and rev not in revs:
             revs[rev] = worktree(rev, tree_dir)
         trees[name] = revs[rev][0] if rev else ROOT
-        variants.append((name, flags.split()))
+    tick_exe = switch_cost.build(tempfile.mkdtemp(prefix="bench_warm-tick-", dir=tree_dir)) if co else None
     sizes = [int(x) for x in a.sizes.split(",")]
     load_before = list(os.getloadavg())
     hub = FakeHub(record_requests=False).start()
@@ -235,9 +266,15 @@ def main():
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
                             urllib.request.urlopen(urllib.request.Request(u, headers=dict(headers))).read()
-                            cpu0 = cpu_seconds(p.pid)
-                            rps, p50, p99, total, client_s = generate(u, s, headers)
-                            cpu1 = cpu_seconds(p.pid)
+                            tick = start_co_runner(tick_exe, co[name], a.server_cpus) if name in co else None
+                            try:
+                                cpu0 = cpu_seconds(p.pid)
+                                rps, p50, p99, total, client_s = generate(u, s, headers)
+                                cpu1 = cpu_seconds(p.pid)
+                            finally:
+                                if tick is not None:
+                                    tick.terminate()
+                                    tick.wait(10)
                             us = (cpu1 - cpu0) * 1e6 / total if cpu0 is not None and cpu1 is not None else None
                             rows[(name, s)].append((rps, p50, p99, us, client_s * 1e6 / total))
                     finally:
@@ -267,7 +304,9 @@ def main():
             ceiling = cpus / ((cpu_med + client) * 1e-6) / base if cpu else None
             results.append({"client_cpu_us_per_req": round(client, 2),
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
-                            "variant": name, "flags": flags, "size": s, "median_req_per_s": round(med),
+                            "variant": name, "flags": flags, "size": s,
+                            "co_runner": ({"period_us": co[name][0], "hot_kib": co[name][1],
+                                           "cpu": cpu_list(a.server_cpus)[0]} if name in co else None), "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],

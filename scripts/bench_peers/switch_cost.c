@@ -12,7 +12,14 @@
  * alone: one task makes the same four pipe calls and the same two walks a round trip,
  * of one buffer, with no switch: what a round trip costs when nothing else ran.
  *
- * Prints ns per switch (per half round trip). */
+ * Prints ns per switch (per half round trip).
+ *
+ *   switch_cost tick PERIOD_US HOT_KIB STRIDE
+ *
+ * A co-runner, until killed: sleeps PERIOD_US, walks its hot set, sleeps again. Pinned
+ * beside a server it takes the CPU from it that often, as a second reactor would, with
+ * a hot set of the size given; what the server's CPU a request does then is the
+ * server's refill after each interruption. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -75,14 +82,23 @@ static double now_ns(void) {
 
 int main(int argc, char **argv) {
     const char *mode = argc == 5 ? argv[1] : "";
-    if (strcmp(mode, "alone") && strcmp(mode, "thread") && strcmp(mode, "proc")) {
-        fprintf(stderr, "usage: switch_cost alone|thread|proc ROUNDTRIPS HOT_KIB STRIDE\n");
+    if (strcmp(mode, "alone") && strcmp(mode, "thread") && strcmp(mode, "proc") && strcmp(mode, "tick")) {
+        fprintf(stderr, "usage: switch_cost alone|thread|proc ROUNDTRIPS HOT_KIB STRIDE\n"
+                        "       switch_cost tick PERIOD_US HOT_KIB STRIDE\n");
         return 2;
     }
     rounds = atol(argv[2]); hot = atol(argv[3]) * 1024; stride = atol(argv[4]);
     if (rounds <= 0 || hot < 0 || stride < (long)sizeof(char *)) {
         fprintf(stderr, "switch_cost: ROUNDTRIPS > 0, HOT_KIB >= 0, STRIDE >= %zu\n", sizeof(char *));
         return 2;
+    }
+    if (mode[0] == 't' && mode[1] == 'i') {
+        char *mine = hot_set();
+        struct timespec period = {rounds / 1000000, (rounds % 1000000) * 1000};
+        for (;;) {
+            nanosleep(&period, NULL);
+            walk(mine);
+        }
     }
     cpu_set_t one;
     CPU_ZERO(&one);

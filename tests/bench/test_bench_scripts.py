@@ -428,7 +428,7 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
                         "--generator", generator, "--server-cpus", "0,1", "--connections", "4",
                         "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
                         "--variant", "one=--no-iouring --listeners=1",
-                        "--variant", "two=--no-iouring --listeners=2"],
+                        "--variant", "two=--no-iouring +co-runner=500:16 --listeners=2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((tmp_path / "tiny.json").read_text())
@@ -436,12 +436,23 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
     assert doc["load"] == "%s c4 1s" % generator
     one, two = doc["results"]
     assert (one["variant"], two["variant"]) == ("one", "two") and one["ratio"] == 1.0
+    # the co-runner token is bench_warm's, not a pulsys flag (pulsys would refuse it)
+    assert two["flags"] == ["--no-iouring", "--listeners=2"]
+    assert two["co_runner"] == {"period_us": 500, "hot_kib": 16, "cpu": 0} and one["co_runner"] is None
     for row in (one, two):
         assert row["median_req_per_s"] > 0
         server, client = row["median_server_cpu_us_per_req"], row["client_cpu_us_per_req"]
         assert server > 0 and client > 0
         want = 2 / ((server + client) * 1e-6) / one["median_req_per_s"]
         assert abs(row["ceiling_ratio_on_2_cpus"] - want) < 0.01 * want + 0.002
+
+
+def test_warm_bench_refuses_a_malformed_co_runner(tmp_path):
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
+                        "--out-dir", str(tmp_path), "--variant", "x=--no-iouring +co-runner=fast"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "+co-runner=PERIOD_US:HOT_KIB" in p.stderr and "Traceback" not in p.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_warm_bench_reads_taskset_cpu_lists():
@@ -604,3 +615,17 @@ def test_cache_simulation_of_a_halved_l2_refuses_sizes_valgrind_cannot_take():
                        (["--ll-kib", "512"], "needs --cache-sim")):
         p = subprocess.run([sys.executable, script] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+
+
+def test_switch_cost_co_runner_runs_until_stopped(tmp_path):
+    import switch_cost
+    exe = switch_cost.build(str(tmp_path))
+    p = subprocess.Popen([exe, "tick", "1000", "16", "64"], stderr=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(0.3)                   # sleeping and walking, not exited
+        ticks = int(open("/proc/%d/status" % p.pid).read().split("voluntary_ctxt_switches:")[1].split()[0])
+        assert ticks >= 50                # one sleep a millisecond: ~300 in 0.3 s
+    finally:
+        p.terminate()
+        p.wait(5)
