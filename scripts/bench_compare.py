@@ -632,17 +632,22 @@ def make_peers(ctx, names):
 
 # -- load generators -------------------------------------------------------------------
 
-def build_loadgen(workdir):
+def build_c(workdir, name, who="bench_compare", flags=()):
+    """scripts/bench_peers/<name>.c built with the system cc (-O2) into workdir/<name>.
+    -> (path, the compiler's version); a clear error naming `who` when it cannot be."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise SystemExit("bench_compare: error: no C compiler (cc) to build the load generator; "
-                         "apt-get install gcc")
-    exe = os.path.join(workdir, "loadgen")
-    p = subprocess.run([cc, "-O2", "-o", exe, os.path.join(PEERS_DIR, "loadgen.c")],
+        raise SystemExit("%s: error: no C compiler (cc) to build %s.c; apt-get install gcc" % (who, name))
+    exe = os.path.join(workdir, name)
+    p = subprocess.run([cc, "-O2", *flags, "-o", exe, os.path.join(PEERS_DIR, name + ".c")],
                        capture_output=True, text=True)
     if p.returncode != 0:
-        raise SystemExit("bench_compare: error: building loadgen.c failed:\n" + p.stderr)
+        raise SystemExit("%s: error: building %s.c failed:\n%s" % (who, name, p.stderr))
     return exe, version_of([cc, "--version"])
+
+
+def build_loadgen(workdir):
+    return build_c(workdir, "loadgen")
 
 
 def run_loadgen(exe, port, size, conns, duration, path=None, header=None):

@@ -166,11 +166,10 @@ def loadgen(exe, url, size, connections, duration, headers=()):
     return (d["req_per_s"], "%.1fus" % d["p50_us"], "%.1fus" % d["p99_us"], d["requests"], d["cpu_s"])
 
 
-def start_co_runner(exe, period_and_kib, cpus):
-    """switch_cost.c's tick mode on the first of the server's CPUs; a moment to build its
-    hot set before the load starts."""
-    period, kib = period_and_kib
-    p = subprocess.Popen(["taskset", "-c", str(cpu_list(cpus)[0]), exe, "tick", str(period), str(kib), "64"])
+def start_co_runner(exe, co):
+    """switch_cost.c's tick mode on co["cpu"] (the first of the server's CPUs); a moment to
+    build its hot set before the load starts."""
+    p = subprocess.Popen(["taskset", "-c", str(co["cpu"]), exe, "tick", str(co["period_us"]), str(co["hot_kib"]), "64"])
     time.sleep(0.2)
     if p.poll() is not None:
         raise SystemExit("bench_warm: error: the co-runner exited %s" % p.returncode)
@@ -224,7 +223,7 @@ def main():
             m = re.fullmatch(r"\+co-runner=(\d+):(\d+)", t)
             if not m or int(m.group(1)) < 1:
                 raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB, e.g. +co-runner=250:512" % t)
-            co[name] = (int(m.group(1)), int(m.group(2)))
+            co[name] = {"period_us": int(m.group(1)), "hot_kib": int(m.group(2)), "cpu": cpu_list(a.server_cpus)[0]}
         variants.append((name, flags))
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
     if workdir:
@@ -266,7 +265,7 @@ def main():
                         for s in sizes:
                             u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
                             urllib.request.urlopen(urllib.request.Request(u, headers=dict(headers))).read()
-                            tick = start_co_runner(tick_exe, co[name], a.server_cpus) if name in co else None
+                            tick = start_co_runner(tick_exe, co[name]) if name in co else None
                             try:
                                 cpu0 = cpu_seconds(p.pid)
                                 rps, p50, p99, total, client_s = generate(u, s, headers)
@@ -304,9 +303,8 @@ def main():
             ceiling = cpus / ((cpu_med + client) * 1e-6) / base if cpu else None
             results.append({"client_cpu_us_per_req": round(client, 2),
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
-                            "variant": name, "flags": flags, "size": s,
-                            "co_runner": ({"period_us": co[name][0], "hot_kib": co[name][1],
-                                           "cpu": cpu_list(a.server_cpus)[0]} if name in co else None), "median_req_per_s": round(med),
+                            "variant": name, "flags": flags, "size": s, "co_runner": co.get(name),
+                            "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],

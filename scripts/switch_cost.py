@@ -19,7 +19,6 @@ Writes results/<machine>/switch_cost_<date>.json (or --out-dir).
 import argparse
 import datetime
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,21 +26,14 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import bench_compare as B  # noqa: E402
 import provenance  # noqa: E402
 
 MODES = ("alone", "thread", "proc")
-SOURCE = os.path.join(HERE, "bench_peers", "switch_cost.c")
 
 
 def build(workdir):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise SystemExit("switch_cost: error: no C compiler (cc); apt-get install gcc")
-    exe = os.path.join(workdir, "switch_cost")
-    p = subprocess.run([cc, "-O2", "-pthread", "-o", exe, SOURCE], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit("switch_cost: error: building switch_cost.c failed:\n" + p.stderr)
-    return exe
+    return B.build_c(workdir, "switch_cost", "switch_cost", ["-pthread"])[0]
 
 
 def roundtrips_for(hot_kib, stride, budget_s):
