@@ -44,6 +44,10 @@ costs the server (the switch, and refilling what the co-runner evicted):
     python scripts/bench_warm.py --name interrupted --generator loadgen --connections 64 \
         --variant l1="--iouring --listeners=1" --variant l1_h512="--iouring --listeners=1 +co-runner=250:512"
 
++co-runner=idle runs a busy loop in SCHED_IDLE there instead: it takes the CPU only
+when no server thread wants it, so the CPU is never idle and no wake-up of the server
+starts from an idle CPU (in this VM, where an idle vCPU halts, that path is dear).
+
 --listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
 
     python scripts/bench_warm.py --name listeners_scaling --server-cpus 0,1 --generator loadgen \
@@ -166,10 +170,19 @@ def loadgen(exe, url, size, connections, duration, headers=()):
     return (d["req_per_s"], "%.1fus" % d["p50_us"], "%.1fus" % d["p99_us"], d["requests"], d["cpu_s"])
 
 
+# The idle co-runner: a busy loop in SCHED_IDLE (sched(7): run only when nothing else
+# wants the CPU), so the CPU never goes idle and the server's wake-ups never start from it
+_IDLE_SPIN = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True:\n    pass\n"
+
+
 def start_co_runner(exe, co):
-    """switch_cost.c's tick mode on co["cpu"] (the first of the server's CPUs); a moment to
-    build its hot set before the load starts."""
-    p = subprocess.Popen(["taskset", "-c", str(co["cpu"]), exe, "tick", str(co["period_us"]), str(co["hot_kib"]), "64"])
+    """switch_cost.c's tick mode on co["cpu"] (the first of the server's CPUs), or the
+    idle co-runner; a moment to build its hot set before the load starts."""
+    if co.get("idle"):
+        cmd = [sys.executable, "-c", _IDLE_SPIN]
+    else:
+        cmd = [exe, "tick", str(co["period_us"]), str(co["hot_kib"]), "64"]
+    p = subprocess.Popen(["taskset", "-c", str(co["cpu"])] + cmd)
     time.sleep(0.2)
     if p.poll() is not None:
         raise SystemExit("bench_warm: error: the co-runner exited %s" % p.returncode)
@@ -220,9 +233,13 @@ def main():
         flags = flags.split()
         for t in [t for t in flags if t.startswith("+co-runner=")]:
             flags.remove(t)
+            if t == "+co-runner=idle":
+                co[name] = {"idle": True, "cpu": cpu_list(a.server_cpus)[0]}
+                continue
             m = re.fullmatch(r"\+co-runner=(\d+):(\d+)", t)
             if not m or int(m.group(1)) < 1:
-                raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB, e.g. +co-runner=250:512" % t)
+                raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB (e.g. +co-runner=250:512) "
+                                 "or +co-runner=idle" % t)
             co[name] = {"period_us": int(m.group(1)), "hot_kib": int(m.group(2)), "cpu": cpu_list(a.server_cpus)[0]}
         variants.append((name, flags))
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
@@ -237,7 +254,8 @@ def main():
         if rev and rev not in revs:
             revs[rev] = worktree(rev, tree_dir)
         trees[name] = revs[rev][0] if rev else ROOT
-    tick_exe = switch_cost.build(tempfile.mkdtemp(prefix="bench_warm-tick-", dir=tree_dir)) if co else None
+    tick_exe = (switch_cost.build(tempfile.mkdtemp(prefix="bench_warm-tick-", dir=tree_dir))
+                if any(not c.get("idle") for c in co.values()) else None)
     sizes = [int(x) for x in a.sizes.split(",")]
     load_before = list(os.getloadavg())
     hub = FakeHub(record_requests=False).start()

@@ -181,11 +181,13 @@ def _raw_enter():
 class Ring:
     """One io_uring instance owned by one thread."""
 
-    def __init__(self, entries=4096, wait="auto", memory=True):
+    def __init__(self, entries=4096, wait="auto", memory=True, counter=None):
         """wait: "auto", "ring" (OSError where it cannot be had) or "epoll" (WAIT_MODES).
         With "ring" (DEFER_TASKRUN), only the thread that made the ring may run its
         completions: make it on the thread that uses it. memory: reach the queues
-        through RingMemory where it checks out (False: the binding for everything)."""
+        through RingMemory where it checks out (False: the binding for everything).
+        counter: (list, index) where io_uring_enter calls are counted, e.g. a reactor's
+        counters (metrics.URING_ENTER), so no loop pass copies the count over."""
         if wait not in WAIT_MODES:
             raise ValueError("wait must be one of %s" % (WAIT_MODES,))
         self._ring = self._epoll = None
@@ -208,7 +210,8 @@ class Ring:
                 self._setup(entries, 0)
             self.wait_mode = "epoll"
         self._cqe = L.Cqe()
-        self.enters = 0             # io_uring_enter calls made by submit(), get_events(), wait()
+        # io_uring_enter calls made by submit(), get_events(), events(), wait(): Ring.enters
+        count, ci = self._count, self._ci = counter if counter is not None else ([0], 0)
         r = self._ring
         get_sqe, set_data = L.io_uring_get_sqe, L.io_uring_sqe_set_data64
         prep_recv, prep_send = L.io_uring_prep_recv, L.io_uring_prep_send
@@ -267,7 +270,7 @@ class Ring:
         def do_submit():
             n = submit(r)
             if n:
-                self.enters += 1
+                count[ci] += 1
             return n
 
         submit_and_get_events, sq_ready = L.io_uring_submit_and_get_events, L.io_uring_sq_ready
@@ -280,11 +283,18 @@ class Ring:
             # keeps the rest queued; wait() runs that rest before it would sleep.
             if sq_ready(r):
                 submit_and_get_events(r)
-                self.enters += 1
+                count[ci] += 1
 
         def submit_and_wait(timeout):
             get_events()
             return True if self.ready() else self.wait(timeout)
+
+        enter_once = get_events if self.wait_mode == "ring" else do_submit
+
+        def cycle(dispatch):
+            # the loop's pass under load (the memory version's comment has it)
+            enter_once()
+            return self.reap(dispatch) if self.ready() else 0
 
         self._sqe = sqe
         self.prep_recv = recv
@@ -294,6 +304,9 @@ class Ring:
         self.submit = do_submit
         self.get_events = get_events
         self.submit_and_wait = submit_and_wait
+        self.cycle = cycle
+        if self.wait_mode == "ring":
+            self.wait = self._ring_wait()
         self.mem = RingMemory.of(r, entries) if memory else None
         self.one_enter = self.mem is not None and self.wait_mode == "ring"
         if self.mem is not None:
@@ -305,6 +318,7 @@ class Ring:
         kernel's ring at each enter, as liburing's private sqe_tail does at its submit
         (__io_uring_flush_sq); the binding is left to set the ring up and tear it down."""
         sqes, sq_khead, sq_ktail, entries = m.sqes, m.sq_khead, m.sq_ktail, m.sq_entries
+        cqes, cq_khead, cq_ktail, cq_mask, cq_entries = m.cqes, m.cq_khead, m.cq_ktail, m.cq_mask, m.cq_entries
         end, last = entries << 6, (entries - 1) << 6
         # The next SQE goes at byte `off` of the queue; `pend` SQEs were written since the
         # kernel last saw the tail, `ktail` (a u32, as the kernel counts); at most `limit`
@@ -315,6 +329,7 @@ class Ring:
         pack_sqe, pack_pair, sqe_bytes = _SQE.pack_into, _SEND_RECV.pack_into, _SQE.pack
         send_head, waitall, u32 = OP_SEND | LINK_QUIET << 8, MSG_WAITALL << 32, 0xFFFFFFFF
         enter, wait_result = self._enter, self._wait_result
+        count, ci = self._count, self._ci
 
         def free(k):
             # room for k more SQEs, submitting what is written if the queue is full
@@ -417,22 +432,11 @@ class Ring:
             n = unconsumed()
             if not n:
                 return 0
-            self.enters += 1
+            count[ci] += 1
             try:
                 return enter2(ring_fd, n, 0, 0, None, 0)
             except OSError as e:     # (EAGAIN, EBUSY: they stay queued for the next enter)
                 return -(e.errno or 1)
-
-        def get_events():
-            # "ring" mode: submit and run the completions queued as task work (see the
-            # binding's version in __init__), nothing to wait for
-            n = unconsumed()
-            if n:
-                self.enters += 1
-                try:
-                    enter2(ring_fd, n, 0, getevents, None, 0)
-                except OSError:
-                    pass
 
         def submit_and_wait(timeout):
             # one enter that submits exactly the flushed SQEs (the kernel skips the wait
@@ -440,36 +444,76 @@ class Ring:
             # to_submit), runs the completions queued for this thread and sleeps only if
             # none of them posted a CQE
             n = unconsumed()
-            self.enters += 1
+            count[ci] += 1
             return wait_result(enter(1, timeout, n))
 
-        cqes, cq_khead, cq_ktail, cq_mask, cq_entries = m.cqes, m.cq_khead, m.cq_ktail, m.cq_mask, m.cq_entries
         unpack = _CQE.iter_unpack
 
-        def reap(dispatch, cap=4096):
+        def reap(dispatch):
             chead = cq_khead.value
             n = (cq_ktail.value - chead) & u32
-            if not n:
-                return 0
-            if n > cap:
-                n = cap
+            if n:
+                reap_from(dispatch, chead, n)
+            return n
+
+        def reap_from(dispatch, chead, n):
+            # the n completions from chead; the common case, no wrap-around, one slice
             i = chead & cq_mask
-            first = n if i + n <= cq_entries else cq_entries - i
+            j = i + n
+            if j > cq_entries:
+                return reap_wrapped(dispatch, chead, n, cq_entries - i)
+            it = unpack(cqes[i << 4:j << 4])
+            try:
+                for tag, res, flags in it:
+                    dispatch(tag, res, flags)
+            except BaseException:      # the completions dispatch saw are consumed
+                cq_khead.value = (chead + n - it.__length_hint__()) & u32
+                raise
+            cq_khead.value = (chead + n) & u32
+
+        def reap_wrapped(dispatch, chead, n, first):
+            # `first` completions up to the queue's end, then the rest from its start
             done = 0
-            it = unpack(cqes[i << 4:(i + first) << 4])
+            it = unpack(cqes[(chead & cq_mask) << 4:])
             try:
                 for tag, res, flags in it:
                     dispatch(tag, res, flags)
                 done = first
-                if first < n:
-                    it = unpack(cqes[:(n - first) << 4])
-                    for tag, res, flags in it:
-                        dispatch(tag, res, flags)
+                it = unpack(cqes[:(n - first) << 4])
+                for tag, res, flags in it:
+                    dispatch(tag, res, flags)
                 done = n
             finally:
                 if done != n:      # dispatch raised: the completions it saw are consumed
                     done += (first if done == 0 else n - first) - it.__length_hint__()
                 cq_khead.value = (chead + done) & u32
+
+        # The loop's pass under load is one cycle(): flush written out in it, the enter,
+        # the reap (each Python call costs ~10 bytecodes and a frame; a pass of the loop
+        # ran ~490 bytecodes with a call each for these: scripts/ops_per_request.py,
+        # docs/benchmarks.md, issue 18).
+        enter_flags = getevents if self.wait_mode == "ring" else 0
+
+        def cycle(dispatch):
+            # submit what is prepared ("ring" mode: and run the completions queued as
+            # task work), then reap what is ready -> completions reaped (0: none was
+            # ready; the caller may sleep, then reap())
+            nonlocal ktail, pend, limit
+            if pend:
+                ktail = sq_ktail.value = (ktail + pend) & u32
+                limit -= pend
+                pend = 0
+            n = (ktail - sq_khead.value) & u32
+            if n:
+                count[ci] += 1
+                try:
+                    enter2(ring_fd, n, 0, enter_flags, None, 0)
+                except OSError:     # (EAGAIN, EBUSY: they stay queued for the next enter)
+                    pass
+            chead = cq_khead.value
+            n = (cq_ktail.value - chead) & u32
+            if n:
+                reap_from(dispatch, chead, n)
             return n
 
         def ready():
@@ -481,7 +525,8 @@ class Ring:
         self.prep_recv, self.prep_send = recv, send
         self.prep_accept, self.prep_poll_out, self.prep_poll_in_multishot, self.prep_nop = (
             accept, poll_out, poll_in_multishot, nop)
-        self.submit, self.get_events, self.reap, self.ready = submit, get_events, reap, ready
+        self.submit, self.reap, self.ready, self.cycle = submit, reap, ready, cycle
+        self.get_events = None   # the binding's would not see the SQEs written here: cycle() enters
         if self.wait_mode == "ring":
             self.submit_and_wait = submit_and_wait
         else:
@@ -521,13 +566,44 @@ class Ring:
             return False
         raise OSError(-n, "io_uring_enter: %s" % errno.errorcode.get(-n, -n))
 
+    @property
+    def enters(self):
+        """io_uring_enter calls made so far (counted where the constructor's counter says)."""
+        return self._count[self._ci]
+
+    def _ring_wait(self):
+        """Ring.wait for the "ring" mode as one closure: one io_uring_enter through ctypes
+        (the GIL released), its struct io_uring_getevents_arg made once per timeout value
+        (the loop uses two) instead of its timespec rewritten when the value changes."""
+        sysc, fd, size, count, ci = self._sys, self.fd, self._argsz, self._count, self._ci
+        made = {}      # timeout -> (address of its arg, the ctypes objects that hold it)
+        get_errno, intr, etime = ctypes.get_errno, errno.EINTR, errno.ETIME
+
+        def wait(timeout):
+            got = made.get(timeout)
+            if got is None:
+                sec = int(timeout)
+                ts = _KernelTimespec(sec, int((timeout - sec) * 1e9))
+                arg = _GetEventsArg(0, 0, 0, ctypes.addressof(ts))
+                got = made[timeout] = (ctypes.addressof(arg), ts, arg)
+            count[ci] += 1
+            if sysc(NR_IO_URING_ENTER, fd, 0, 1, _ENTER_WAIT, got[0], size) >= 0:
+                return True
+            n = get_errno()
+            if n == intr:
+                return True
+            if n == etime:
+                return False
+            raise OSError(n, "io_uring_enter: %s" % errno.errorcode.get(n, n))
+        return wait
+
     def wait(self, timeout):
         """Sleep until at least one completion is ready or `timeout` seconds pass, without
         holding the GIL. Submits nothing: submit (or get_events) first. In "ring" mode the
         kernel first runs the completions queued for this thread and sleeps only when
         none of them posted a CQE (io_cqring_wait); -> True unless the timeout passed."""
         if self.wait_mode == "ring":
-            self.enters += 1
+            self._count[self._ci] += 1
             return self._wait_result(self._enter(1, timeout))
         ep = self._epoll
         if ep is None:
@@ -560,7 +636,7 @@ class Ring:
         L.io_uring_prep_poll_multishot(s, fd, POLLIN)
         L.io_uring_sqe_set_data64(s, tag)
 
-    def reap(self, dispatch, cap=4096):
+    def reap(self, dispatch):
         """Call dispatch(tag, res, flags) for each completion ready now; -> count.
 
         Iterates with the binding's CqeIter, which follows the CQ ring's wrap-around;
@@ -577,8 +653,6 @@ class Ring:
                 except OSError as e:   # the binding raises for negative results
                     res = -(e.errno or 1)
                 dispatch(c.user_data, res, c.flags)
-                if n >= cap:
-                    break
         finally:
             if n:
                 L.io_uring_cq_advance(r, n)

@@ -12,8 +12,10 @@ The io_uring fused hit (uring.py) answers a head whose whole answer it remembers
 without read/decide, and ends in book() as well.
 
 What a backend provides: io_open() (which also makes self.io_turn, the function the
-loop calls each pass: wait up to a second for I/O, dispatch it, set self.now; made
-there so that what a pass uses is bound once), io_close(); recv(conn) (False: the
+loop calls each pass: wait up to a second for I/O or a post, dispatch it, run the
+mailbox's posts, leave no BATCH of access-log records unformatted (log_formatter), set
+self.now and return it; made there so that what a pass uses is bound once: the pass is
+the warm path's fixed cost, paid once per batch of completions), io_close(); recv(conn) (False: the
 bytes come later, through advance); want(conn, events); send(conn) (default:
 send_stream, the head and then the file body with sendfile); release_socket(conn);
 accept_on() / accept_off(). Nothing here blocks: no upstream, DNS, fsync or database
@@ -102,29 +104,35 @@ class ReactorBase:
     # -- the loop --------------------------------------------------------------
 
     def run(self):
-        """Serve until stop(): the backend's I/O turn, then the mailbox, then (once a
-        second) the timeouts; on the way out every connection is closed."""
+        """Serve until stop(): the backend's I/O turn (I/O, posts, access-log text), and
+        once a second the timeouts; on the way out every connection is closed."""
         self.io_open()
-        mailbox, turn = self.mailbox, self.io_turn
-        acc = self.access_log
-        buffered, batch = (acc.buffered, acc.BATCH) if acc is not None else ((lambda: 0), 1)
+        turn = self.io_turn
         next_sweep = time.monotonic() + 1.0
         try:
             while not self.stopping:
-                turn()
-                if mailbox.pending():
-                    mailbox.drain()
-                if buffered() >= batch:
-                    acc.format_ready()    # access-log lines, formatted here (log.AccessLog)
-                now = self.now
-                if now >= next_sweep:
+                if turn() >= next_sweep:
                     self.sweep()
-                    next_sweep = now + 1.0
+                    next_sweep = self.now + 1.0
         finally:
             for conn in list(self.conns.values()):
                 self.close(conn)
             self.io_close()
             self.fdcache.close_all()
+
+    def log_formatter(self):
+        """-> a function that formats the access-log records buffered, once at least
+        BATCH wait (log.AccessLog: the reactor formats them, cache-warm, where the
+        writer thread would take the GIL for each), or None without an access log."""
+        acc = self.access_log
+        if acc is None:
+            return None
+        buffered, batch, fmt = acc.buffered, acc.BATCH, acc.format_ready
+
+        def check():
+            if buffered() >= batch:
+                fmt()
+        return check
 
     # -- state machine -------------------------------------------------------
 

@@ -11,7 +11,9 @@ import socket
 
 class Mailbox:
     def __init__(self):
-        self._q = collections.deque()
+        # the posts waiting: a reactor's loop tests it (`if mailbox.queue:`) where a
+        # pending() call per pass would cost a Python call
+        self.queue = self._q = collections.deque()
         self.rsock, self._wsock = socket.socketpair()
         self.rsock.setblocking(False)
         self._wsock.setblocking(False)

@@ -43,10 +43,11 @@ class SelectorReactor(ReactorBase):
         self.sel.register(self.mailbox.rsock, selectors.EVENT_READ, _WAKE)
         # the turn runs once per loop pass: what it uses is bound here, once
         select, drain, advance, monotonic = self.sel.select, self.mailbox.drain, self.advance, time.monotonic
+        posts, log = self.mailbox.queue, self.log_formatter() or (lambda: None)
 
         def turn():
             events = select(1.0)
-            self.now = monotonic()
+            now = self.now = monotonic()
             for key, _mask in events:
                 d = key.data
                 if d is _LISTEN:
@@ -58,8 +59,12 @@ class SelectorReactor(ReactorBase):
                         advance(d)
                     except Exception:
                         self.internal_error(d)
+            if posts:                 # (more than one drain's cap, or posted by this thread)
+                drain()
+            log()
             # returning lets go of this batch, which may hold the last references to
             # closed connections (and their 64 KiB buffers)
+            return now
         self.io_turn = turn
 
     def io_close(self):

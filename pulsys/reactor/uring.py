@@ -79,23 +79,25 @@ class UringReactor(ReactorBase):
         self._turn_marks = []                # per turn among them: (t0, seconds, end index)
         self._turn_counts = {}               # fold_hits: Answer -> its hits in the fold
         if self.access is not None:
-            self.access = self._after_fold(self.access)
+            self.access = self._after_fold(self.access, self.log_formatter())
         self.submit = self._after_fold(self.submit)
 
     # -- the I/O turn ------------------------------------------------------------------
 
     def io_open(self):
-        ring = self.ring = Ring(wait=self.wait)     # on the loop's thread: DEFER_TASKRUN wants it
+        # on the loop's thread: DEFER_TASKRUN wants it; io_uring_enter calls are counted
+        # straight into this reactor's counters
+        ring = self.ring = Ring(wait=self.wait, counter=(self.counters, _ENTER))
         self.dispatch = self.make_dispatch()
         self.accept_on()
         if ring.wait_mode == "ring":
             ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
             # (One enter that submits and sleeps, Ring.submit_and_wait, measured worse under
-            # load: it is a ctypes call on every turn, where get_events is a cheap one
-            # holding the GIL.)
-            self.io_turn = self._turn(ring.get_events, ring.wait)
+            # load: it is a ctypes call on every turn, where events() enters through the
+            # binding, a cheap call holding the GIL.)
+            self.io_turn = self._turn(ring.wait)
         else:
-            self.io_turn = self._turn(ring.submit, self._epoll_sleep())
+            self.io_turn = self._turn(self._epoll_sleep())
 
     def _epoll_sleep(self):
         """The sleep of the "epoll" mode: in epoll on the ring fd and the mailbox's wake-up
@@ -116,49 +118,65 @@ class UringReactor(ReactorBase):
             return bool(ev)
         return sleep
 
-    def _turn(self, enter, sleep):
-        """The loop's I/O turn: `enter` submits what is prepared ("ring" mode: and runs
-        the completions queued as task work), `sleep(timeout)` waits for a completion or
-        a post without the GIL (-> True unless the timeout passed); then reap."""
-        ring = self.ring
+    def _turn(self, sleep):
+        """The loop's I/O turn: ring.cycle() submits what is prepared ("ring" mode: and
+        runs the completions queued as task work) and reaps what is ready; when nothing
+        was and no post waits, `sleep(timeout)` waits for a completion or a post without
+        the GIL (-> True unless the timeout passed), then reap. Then mark this turn's
+        fused hits and run the posts. Under load the turn is the loop's whole pass, paid
+        once per batch of completions: one Python call to the ring, none for the mailbox
+        or the access log (fold_hits formats its text), the enters counted by the ring
+        (scripts/ops_per_request.py counts a pass's bytecodes)."""
         # the turn runs once per loop pass: what it uses is bound here, once
-        ready, reap = ring.ready, ring.reap
-        pending, dispatch, c = self.mailbox.pending, self.dispatch, self.counters
+        cycle, reap, dispatch = self.ring.cycle, self.ring.reap, self.dispatch
+        posts, drain, me = self.mailbox.queue, self.mailbox.drain, self
         hits, fold, marks = self._turn_hits, self.fold_hits, self._turn_marks
         mark = marks.append
 
         def turn():
-            enter()
-            # Never sleep with a completion ready (reap takes at most its cap per turn) or a
-            # post queued. Completions still queued as task work need no check here: the
-            # "ring" wait runs them first and sleeps only if none of them posted a CQE.
-            if not ready() and not pending():
+            # The pass's time is taken before its enter (which does not block): what
+            # dispatch reads as now, and where this turn's hits begin.
+            now = me.now = monotonic()
+            # Never sleep with a completion ready or a post queued. Completions still
+            # queued as task work need no check here: the "ring" wait runs them first and
+            # sleeps only if none of them posted a CQE.
+            if not cycle(dispatch) and not posts:
                 if not hits:
                     sleep(IDLE_WAIT)
-                elif not (marks and self.now - marks[0][0] < FOLD_AGE and sleep(FOLD_IDLE)):
+                elif not (marks and now - marks[0][0] < FOLD_AGE and sleep(FOLD_IDLE)):
                     fold()        # the load paused (or the hits aged): see fold_hits
                     sleep(IDLE_WAIT)
-            now = self.now = monotonic()
-            reap(dispatch)
+                now = me.now = monotonic()
+                reap(dispatch)
             n = len(hits)
-            if n != (marks[-1][2] if marks else 0):     # hits since the last mark: this turn's
+            if n and (not marks or marks[-1][2] != n):     # hits since the last mark: this turn's
                 mark((now, monotonic() - now, n))
                 if n >= FOLD_AT:
                     fold()
-            c[_ENTER] = ring.enters
+            if posts:
+                drain()
+            return now
         return turn
 
-    def _after_fold(self, fn):
-        """fn(x), called once the fused hits served before it are folded. For the general
-        step's access-log append: the log keeps the order in which requests were
-        answered. For the submit of a Job: a fill may evict, and the Space's victims
-        follow the last-served times (cache/recency.py) that the fold records."""
+    def _after_fold(self, fn, then=None):
+        """fn(x), called once the fused hits served before it are folded; then then().
+        For the general step's access-log append (then: its formatter, log_formatter):
+        the log keeps the order in which requests were answered. For the submit of a
+        Job: a fill may evict, and the Space's victims follow the last-served times
+        (cache/recency.py) that the fold records."""
         hits, fold = self._turn_hits, self.fold_hits
 
-        def call(x):
-            if hits:
-                fold()
-            fn(x)
+        if then is None:
+            def call(x):
+                if hits:
+                    fold()
+                fn(x)
+        else:
+            def call(x):
+                if hits:
+                    fold()
+                fn(x)
+                then()
         return call
 
     def io_close(self):
@@ -487,6 +505,8 @@ class UringReactor(ReactorBase):
         acc = self.access_log
         if acc is not None:
             acc.add_turns(hits, marks, counts)   # the writer's, once it drains acc
+            if acc.buffered() >= acc.BATCH:
+                acc.format_ready()       # (the loop's pass leaves this to the fold)
         counts.clear()
         hits.clear()
         marks.clear()

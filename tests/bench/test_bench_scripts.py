@@ -428,18 +428,20 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
                         "--generator", generator, "--server-cpus", "0,1", "--connections", "4",
                         "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
                         "--variant", "one=--no-iouring --listeners=1",
-                        "--variant", "two=--no-iouring +co-runner=500:16 --listeners=2"],
+                        "--variant", "two=--no-iouring +co-runner=500:16 --listeners=2",
+                        "--variant", "idle=--no-iouring +co-runner=idle"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((tmp_path / "tiny.json").read_text())
     assert len(doc["commit"]) == 40 and doc["backend"] == "selector"
     assert doc["load"] == "%s c4 1s" % generator
-    one, two = doc["results"]
-    assert (one["variant"], two["variant"]) == ("one", "two") and one["ratio"] == 1.0
+    one, two, idle = doc["results"]
+    assert (one["variant"], two["variant"], idle["variant"]) == ("one", "two", "idle") and one["ratio"] == 1.0
     # the co-runner token is bench_warm's, not a pulsys flag (pulsys would refuse it)
     assert two["flags"] == ["--no-iouring", "--listeners=2"]
     assert two["co_runner"] == {"period_us": 500, "hot_kib": 16, "cpu": 0} and one["co_runner"] is None
-    for row in (one, two):
+    assert idle["co_runner"] == {"idle": True, "cpu": 0} and idle["flags"] == ["--no-iouring"]
+    for row in (one, two, idle):
         assert row["median_req_per_s"] > 0
         server, client = row["median_server_cpu_us_per_req"], row["client_cpu_us_per_req"]
         assert server > 0 and client > 0
@@ -451,7 +453,8 @@ def test_warm_bench_refuses_a_malformed_co_runner(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
                         "--out-dir", str(tmp_path), "--variant", "x=--no-iouring +co-runner=fast"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "+co-runner=PERIOD_US:HOT_KIB" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode != 0 and "+co-runner=PERIOD_US:HOT_KIB" in p.stderr and "+co-runner=idle" in p.stderr
+    assert "Traceback" not in p.stderr
     assert not list(tmp_path.iterdir())
 
 
@@ -629,3 +632,51 @@ def test_switch_cost_co_runner_runs_until_stopped(tmp_path):
     finally:
         p.terminate()
         p.wait(5)
+
+
+def test_ops_count_splits_a_request_from_a_pass(tmp_path):
+    """scripts/ops_per_request.py for real: pulsys under the bytecode counter, two
+    concurrencies. One connection takes a pass a request (the loop sleeps between them),
+    eight take fewer; every request runs the fused hit's dispatch once; the fit's two
+    parts are positive and rebuild the rows."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.fail("no C compiler for scripts/bench_peers/loadgen.c (apt-get install gcc)")
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "ops_per_request.py"), "--concurrency", "1,8",
+                        "--duration", "1.5", "--out-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (out,) = tmp_path.glob("ops_per_request_*.json")
+    doc = json.loads(out.read_text())
+    assert len(doc["commit"]) == 40 and doc["benchmark"] == "ops_per_request"
+    c1, c8 = doc["rows"]
+    assert c1["requests"] > 100 and c8["requests"] > 100, doc["rows"]
+    assert 0.9 <= c1["passes_per_request"] <= 2.1 and c8["passes_per_request"] < c1["passes_per_request"]
+    for row in (c1, c8):
+        fns = row["functions_per_request"]
+        assert "uring.py:dispatch" in fns and "uring.py:turn" in fns, sorted(fns)
+        assert 0.95 <= fns["uring.py:dispatch"]["calls"] <= 1.1, fns["uring.py:dispatch"]
+    fit = doc["fit"]
+    assert fit["bytecodes_per_request"] > 0 and fit["bytecodes_per_pass"] > 0
+    for row in (c1, c8):      # two points: the line passes through both
+        want = fit["bytecodes_per_request"] + fit["bytecodes_per_pass"] * row["passes_per_request"]
+        assert abs(want - row["bytecodes_per_request"]) < 0.01 * row["bytecodes_per_request"] + 1
+
+
+def test_ops_count_refuses_bad_input_without_a_traceback(tmp_path):
+    script = os.path.join(SCRIPTS, "ops_per_request.py")
+    for args in (["--concurrency", "0"], ["--concurrency", "x"], ["--duration", "-1"]):
+        p = subprocess.run([sys.executable, script, "--out-dir", str(tmp_path)] + args,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "usage: ops_per_request" in p.stderr and "Traceback" not in p.stderr, args
+    assert not list(tmp_path.iterdir())
+
+
+def test_ops_count_fit_and_per_function_table():
+    import ops_per_request as O
+    assert O.fit([(2.0, 600.0)]) is None and O.fit([(1.0, 5.0), (1.0, 7.0)]) is None
+    a, b = O.fit([(2.0, 600.0), (0.1, 220.0), (1.0, 400.0)])
+    assert abs(b - 200.0) < 1e-9 and abs(a - 200.0) < 1e-9
+    counts = {"ops": {"pulsys-reactor-0 uring.py:10:turn": 300, "pulsys-admin x.py:1:f": 99,
+                      "pulsys-reactor-0 uring.py:40:turn": 100},
+              "calls": {"pulsys-reactor-0 uring.py:10:turn": 4}}
+    assert O.by_function(counts, 100) == {"uring.py:turn": [4.0, 0.04]}

@@ -235,7 +235,8 @@ def test_the_fused_pair_sends_then_receives_through_memory_and_the_binding_alike
     assert len(got) == 10       # no completion of the sends (CQE_SKIP_SUCCESS)
 
 
-def test_reap_through_memory_consumes_what_it_dispatched_when_dispatch_raises():
+@pytest.mark.parametrize("how", ["reap", "cycle"])
+def test_reap_through_memory_consumes_what_it_dispatched_when_dispatch_raises(how):
     from pulsys.platform.uring import Ring
     ring = Ring(4, "ring")             # a completion queue of 8: batches wrap around it
     seen = []
@@ -251,10 +252,11 @@ def test_reap_through_memory_consumes_what_it_dispatched_when_dispatch_raises():
             for _ in range(3):
                 ring.prep_nop(tag)
                 tag += 1
-            ring.submit_and_wait(2)
-            while ring.ready():
+            if how == "reap":
+                ring.submit_and_wait(2)
+            while len(seen) < tag:
                 try:
-                    ring.reap(dispatch)
+                    ring.reap(dispatch) if how == "reap" else ring.cycle(dispatch)
                 except RuntimeError:
                     pass
     finally:
@@ -276,3 +278,34 @@ def test_more_sqes_than_the_queue_holds_are_submitted_as_it_fills(memory):
     finally:
         ring.close()
     assert seen == [r * 10 + i for r in range(5) for i in range(7)]
+
+
+@pytest.mark.parametrize("wait,memory", [("ring", True), ("ring", False), ("epoll", True), ("epoll", False)])
+def test_cycle_submits_reaps_and_counts_its_enters_where_it_is_told(wait, memory):
+    # cycle() is the loop's pass under load: submit what is prepared, (ring mode) run the
+    # completions queued as task work, reap what is ready; 0 when nothing was. A Ring(4)
+    # wraps both queues every few rounds. The enters go into the counter handed in.
+    from pulsys.platform.uring import Ring
+    counters = [0, 0, 0]
+    ring = Ring(4, wait, memory=memory, counter=(counters, 2))
+    seen = []
+
+    def note(tag, res, flags):
+        seen.append((tag, res))
+    try:
+        for rnd in range(20):
+            for i in range(3):
+                ring.prep_nop(rnd * 10 + i)
+            e0 = counters[2]
+            got = ring.cycle(note)
+            assert counters[2] - e0 == 1 and ring.enters == counters[2]
+            while len(seen) < 3 * (rnd + 1):        # (epoll mode: completions may lag)
+                assert ring.wait(2)
+                got += ring.reap(note)
+            assert got == 3
+        assert ring.cycle(note) == 0 and counters[2] == ring.enters    # nothing prepared, none ready
+    finally:
+        ring.close()
+    assert seen == [(r * 10 + i, 0) for r in range(20) for i in range(3)]
+    assert counters[:2] == [0, 0]
+
