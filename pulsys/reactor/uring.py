@@ -93,7 +93,7 @@ class UringReactor(ReactorBase):
         if ring.wait_mode == "ring":
             ring.prep_poll_in_multishot(self.wake_fd, OP_WAKE)
             # (One enter that submits and sleeps, Ring.submit_and_wait, measured worse under
-            # load: it is a ctypes call on every turn, where events() enters through the
+            # load: it is a ctypes call on every turn, where cycle() enters through the
             # binding, a cheap call holding the GIL.)
             self.io_turn = self._turn(ring.wait)
         else:
