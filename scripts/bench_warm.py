@@ -228,19 +228,20 @@ def main():
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
     variants, trees, revs, co = [], {}, {}, {}
+    co_cpu = cpu_list(a.server_cpus)[0]       # a co-runner's: the first of the server's CPUs
     for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
         name, _, flags = v.partition("=")
         flags = flags.split()
         for t in [t for t in flags if t.startswith("+co-runner=")]:
             flags.remove(t)
             if t == "+co-runner=idle":
-                co[name] = {"idle": True, "cpu": cpu_list(a.server_cpus)[0]}
+                co[name] = {"idle": True, "cpu": co_cpu}
                 continue
             m = re.fullmatch(r"\+co-runner=(\d+):(\d+)", t)
             if not m or int(m.group(1)) < 1:
                 raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB (e.g. +co-runner=250:512) "
                                  "or +co-runner=idle" % t)
-            co[name] = {"period_us": int(m.group(1)), "hot_kib": int(m.group(2)), "cpu": cpu_list(a.server_cpus)[0]}
+            co[name] = {"period_us": int(m.group(1)), "hot_kib": int(m.group(2)), "cpu": co_cpu}
         variants.append((name, flags))
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
     if workdir:

@@ -210,7 +210,8 @@ class Ring:
                 self._setup(entries, 0)
             self.wait_mode = "epoll"
         self._cqe = L.Cqe()
-        # io_uring_enter calls made by submit(), get_events(), events(), wait(): Ring.enters
+        # io_uring_enter calls made by submit(), get_events(), cycle(), submit_and_wait(),
+        # wait(): Ring.enters
         count, ci = self._count, self._ci = counter if counter is not None else ([0], 0)
         r = self._ring
         get_sqe, set_data = L.io_uring_get_sqe, L.io_uring_sqe_set_data64
@@ -542,20 +543,27 @@ class Ring:
         self.fd = ring.ring_fd
 
     def _wait_args(self):
-        self._ts = _KernelTimespec(0, 0)
-        self._timeout = 0.0
-        self._arg = _GetEventsArg(0, 0, 0, ctypes.addressof(self._ts))
-        self._argp = ctypes.addressof(self._arg)
-        self._argsz = ctypes.sizeof(self._arg)
+        self._args = {}     # timeout -> (address of its getevents arg, the ctypes objects holding it)
+        self._argsz = ctypes.sizeof(_GetEventsArg)
         self._sys = _raw_enter()
 
+    def _wait_arg(self, timeout):
+        """-> the address of a struct io_uring_getevents_arg whose timespec is `timeout`,
+        made once per value (the loop uses two) rather than rewritten when it changes."""
+        args = self._args
+        got = args.get(timeout)
+        if got is None:
+            if len(args) >= 16:       # (callers with many values: only the reactor's two stay)
+                args.clear()
+            sec = int(timeout)
+            ts = _KernelTimespec(sec, int((timeout - sec) * 1e9))
+            arg = _GetEventsArg(0, 0, 0, ctypes.addressof(ts))
+            got = args[timeout] = (ctypes.addressof(arg), ts, arg)
+        return got[0]
+
     def _enter(self, min_complete, timeout, to_submit=0):
-        if timeout != self._timeout:
-            ts = self._ts
-            ts.tv_sec = sec = int(timeout)
-            ts.tv_nsec = int((timeout - sec) * 1e9)
-            self._timeout = timeout
-        n = self._sys(NR_IO_URING_ENTER, self.fd, to_submit, min_complete, _ENTER_WAIT, self._argp, self._argsz)
+        n = self._sys(NR_IO_URING_ENTER, self.fd, to_submit, min_complete, _ENTER_WAIT,
+                      self._wait_arg(timeout), self._argsz)
         return n if n >= 0 else -ctypes.get_errno()
 
     @staticmethod
@@ -572,39 +580,28 @@ class Ring:
         return self._count[self._ci]
 
     def _ring_wait(self):
-        """Ring.wait for the "ring" mode as one closure: one io_uring_enter through ctypes
-        (the GIL released), its struct io_uring_getevents_arg made once per timeout value
-        (the loop uses two) instead of its timespec rewritten when the value changes."""
+        """Ring.wait in the "ring" mode, as one closure (the constructor sets it on the
+        instance; the method below is the "epoll" mode's): one io_uring_enter through
+        ctypes, the GIL released, min_complete 1. The kernel first runs the completions
+        queued for this thread and sleeps only when none of them posted a CQE
+        (io_cqring_wait)."""
         sysc, fd, size, count, ci = self._sys, self.fd, self._argsz, self._count, self._ci
-        made = {}      # timeout -> (address of its arg, the ctypes objects that hold it)
-        get_errno, intr, etime = ctypes.get_errno, errno.EINTR, errno.ETIME
+        args, arg_for, wait_result, get_errno = self._args, self._wait_arg, self._wait_result, ctypes.get_errno
 
         def wait(timeout):
-            got = made.get(timeout)
-            if got is None:
-                sec = int(timeout)
-                ts = _KernelTimespec(sec, int((timeout - sec) * 1e9))
-                arg = _GetEventsArg(0, 0, 0, ctypes.addressof(ts))
-                got = made[timeout] = (ctypes.addressof(arg), ts, arg)
+            got = args.get(timeout)
             count[ci] += 1
-            if sysc(NR_IO_URING_ENTER, fd, 0, 1, _ENTER_WAIT, got[0], size) >= 0:
+            if sysc(NR_IO_URING_ENTER, fd, 0, 1, _ENTER_WAIT, got[0] if got is not None else arg_for(timeout),
+                    size) >= 0:
                 return True
-            n = get_errno()
-            if n == intr:
-                return True
-            if n == etime:
-                return False
-            raise OSError(n, "io_uring_enter: %s" % errno.errorcode.get(n, n))
+            return wait_result(-get_errno())
         return wait
 
     def wait(self, timeout):
         """Sleep until at least one completion is ready or `timeout` seconds pass, without
-        holding the GIL. Submits nothing: submit (or get_events) first. In "ring" mode the
-        kernel first runs the completions queued for this thread and sleeps only when
-        none of them posted a CQE (io_cqring_wait); -> True unless the timeout passed."""
-        if self.wait_mode == "ring":
-            self._count[self._ci] += 1
-            return self._wait_result(self._enter(1, timeout))
+        holding the GIL. Submits nothing: submit (or cycle) first. -> True unless the
+        timeout passed. This is the "epoll" mode's, in epoll on the ring fd; a "ring"
+        mode Ring has _ring_wait's in its place."""
         ep = self._epoll
         if ep is None:
             ep = self._epoll = select.epoll()

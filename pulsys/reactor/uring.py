@@ -166,16 +166,11 @@ class UringReactor(ReactorBase):
         (cache/recency.py) that the fold records."""
         hits, fold = self._turn_hits, self.fold_hits
 
-        if then is None:
-            def call(x):
-                if hits:
-                    fold()
-                fn(x)
-        else:
-            def call(x):
-                if hits:
-                    fold()
-                fn(x)
+        def call(x):
+            if hits:
+                fold()
+            fn(x)
+            if then is not None:
                 then()
         return call
 
