@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from pulsys.platform import PlatformFacts
+from tests.conftest import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -61,6 +62,8 @@ def test_floor_with_two_processes_serves_from_both_and_stops_them(tmp_path):
     conns = []
     try:
         assert bench_compare.wait_port(port, proc, timeout=15), proc.stderr.read()
+        # the sockets listen before the forks: the port answers before both children exist
+        wait_until(lambda: len(bench_compare.process_tree(proc.pid)) >= 3)
         kids = [p for p in bench_compare.process_tree(proc.pid) if p != proc.pid]
         assert len(kids) == 2
         before = {k: len(os.listdir("/proc/%d/fd" % k)) for k in kids}
