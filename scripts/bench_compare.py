@@ -828,10 +828,15 @@ def parse_args(argv):
 
 def generator_check(ctx, peers, conc_list, rounds):
     """Measure wrk and loadgen at 4 KiB against the fastest server available, alternating.
-    Returns ({concurrency: "loadgen"|"wrk"}, report)."""
+    Returns ({concurrency: "loadgen"|"wrk"}, report). The fastest server, because a client
+    slower than it caps it and every server below it alike: at 4 KiB the reference server
+    runs ~1.5x nginx, above wrk's ceiling on this machine (~110k req/s), where a check
+    against nginx chose wrk and read the reference and pulsys tied at wrk's limit
+    (docs/benchmarks.md, issue 18, twelfth day)."""
     size = 4 * KIB
     by_key = {p.key: p for p in peers}
-    target = next((by_key[k] for k in ("nginx-static/tcp_nopush_off", "nginx-static/tcp_nopush_on",
+    target = next((by_key[k] for k in ("uring-ref/mem", "uring-floor/python-liburing",
+                                       "nginx-static/tcp_nopush_off", "nginx-static/tcp_nopush_on",
                                        "pulsys/iouring", "pulsys/portable") if k in by_key), peers[0])
     choice, report = {}, {"server": target.key, "size": size, "parity": GEN_PARITY, "by_concurrency": {}}
     for c in conc_list:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -288,7 +289,13 @@ class _Server:
                     _, buf = buf.split(b"\r\n\r\n", 1)
                     n += 1
                     out, close = self.response(n)
-                    c.sendall(out)
+                    if isinstance(out, list):     # pieces that arrive as separate reads
+                        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        for piece in out:
+                            c.sendall(piece)
+                            time.sleep(0.002)
+                    else:
+                        c.sendall(out)
                     if close:
                         return
         except OSError:
@@ -337,6 +344,27 @@ def test_loadgen_reads_chunked_bodies_and_reconnects_on_close(loadgen):
               b"1000\r\n" + BODY[:4096] + b"\r\n1800\r\n" + BODY[:6144] + b"\r\n0\r\n\r\n"
     d = run_gen(loadgen, lambda n: (chunked, True), 10240)
     assert d["requests"] > 5 and d["errors"] == 0 and d["reconnects"] >= d["requests"] - 4
+
+
+def test_loadgen_finds_a_head_end_split_across_reads(loadgen):
+    # CRLFCRLF cut at each of its three inner points, and a head sent a byte at a time
+    head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * 300 + b"\r\nContent-Length: 16\r\n\r\n"
+    short = b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n"
+    cuts = [len(head) - 3, len(head) - 2, len(head) - 1]
+
+    def response(n):
+        if n % 4 == 1:
+            return [short[i:i + 1] for i in range(len(short))] + [BODY[:16]], False
+        k = cuts[n % 4 - 2]
+        return [head[:k], head[k:] + BODY[:16]], False
+    d = run_gen(loadgen, response, 16, conns=2)
+    assert d["requests"] >= 8 and d["errors"] == 0 and d["body_bytes"] == d["requests"] * 16
+
+
+def test_loadgen_refuses_a_head_longer_than_it_holds(loadgen):
+    d = run_gen(loadgen, lambda n: (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * 20000 + b"\r\nContent-Length: 0\r\n\r\n",
+                                    False), 0)
+    assert d["requests"] == 0 and d["errors_by"]["parse"] > 0
 
 
 def test_loadgen_reports_wrong_sizes_and_statuses_as_errors(loadgen):
