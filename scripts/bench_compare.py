@@ -830,9 +830,9 @@ def generator_check(ctx, peers, conc_list, rounds):
     """Measure wrk and loadgen at 4 KiB against the fastest server available, alternating.
     Returns ({concurrency: "loadgen"|"wrk"}, report). The fastest server, because a client
     slower than it caps it and every server below it alike: at 4 KiB the reference server
-    runs ~1.5x nginx, above wrk's ceiling on this machine (~110k req/s), where a check
-    against nginx chose wrk and read the reference and pulsys tied at wrk's limit
-    (docs/benchmarks.md, issue 18, twelfth day)."""
+    runs ~1.5x nginx, and a check against nginx chose wrk, which then read the reference
+    and pulsys tied at ~110k req/s, 1.01x (compare_foldidle_2026-12-04: wrk's limit, not
+    theirs; docs/benchmarks.md, issue 18)."""
     size = 4 * KIB
     by_key = {p.key: p for p in peers}
     target = next((by_key[k] for k in ("uring-ref/mem", "uring-floor/python-liburing",

@@ -88,10 +88,10 @@ KERNEL_EVENTS = ["io_uring:io_uring_task_add", "io_uring:io_uring_local_work_run
                  "context-switches"]
 
 
-def thread_cpu(pid, run, workdir):
+def thread_cpu(pid, run, workdir, events=KERNEL_EVENTS):
     """Each thread's CPU, and kernel events on every CPU (perf stat -a -A, counting only)."""
     out = os.path.join(workdir, "stat.txt")
-    p = subprocess.Popen(["perf", "stat", "-a", "-A", "-x", ",", "-o", out, "-e", ",".join(KERNEL_EVENTS)],
+    p = subprocess.Popen(["perf", "stat", "-a", "-A", "-x", ",", "-o", out, "-e", ",".join(events)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     t0 = threads(pid)

@@ -708,3 +708,38 @@ def test_ops_count_fit_and_per_function_table():
                       "pulsys-reactor-0 uring.py:40:turn": 100},
               "calls": {"pulsys-reactor-0 uring.py:10:turn": 4}}
     assert O.by_function(counts, 100) == {"uring.py:turn": [4.0, 0.04]}
+
+
+# -- response_shape.py -------------------------------------------------------------------
+
+def test_response_shape_wrapper_replaces_every_answer_of_the_reference(tmp_path):
+    import response_shape
+    ref = tmp_path / "ref.py"
+    ref.write_text("import sys\nFILES = {b'/files/a': b'A', b'/files/b': b'B'}\n"
+                   "def main():\n    print(sorted(FILES.items()), sys.argv[1:])\n"
+                   "if __name__ == '__main__':\n    raise SystemExit('ran as __main__')\n")
+    wrapper = tmp_path / "w.py"
+    wrapper.write_text(response_shape.WRAPPER)
+    answer = tmp_path / "answer.bin"
+    answer.write_bytes(b"HTTP/1.1 200 OK\r\n\r\n")
+    out = subprocess.run([sys.executable, str(wrapper), str(ref), "8080", "/d", "mem", str(answer)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr([(b"/files/a", b"HTTP/1.1 200 OK\r\n\r\n"),
+                                      (b"/files/b", b"HTTP/1.1 200 OK\r\n\r\n")]) + " ['8080', '/d', 'mem']"
+    out = subprocess.run([sys.executable, str(wrapper), str(ref), "8080", "/d", "mem", "-"],
+                         capture_output=True, text=True, timeout=30)
+    assert "(b'/files/a', b'A')" in out.stdout
+
+
+def test_response_shape_builds_the_client_of_a_revision_and_refuses_bad_input(tmp_path):
+    import response_shape
+    exe = response_shape.build_loadgen_at("HEAD", str(tmp_path))
+    usage = subprocess.run([exe], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and "usage: loadgen" in usage.stderr
+    with pytest.raises(SystemExit, match="no loadgen.c at no-such-rev"):
+        response_shape.build_loadgen_at("no-such-rev", str(tmp_path))
+    for args in (["--concurrency", "0"], ["--duration", "0"], ["--rounds", "99"]):
+        p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "response_shape.py")] + args,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr
