@@ -34,6 +34,10 @@ KIB, MIB = 1024, 1024 * 1024
 # (id, size, concurrency, peer, metric, target ratio, also needs less CPU per GB)
 TARGETS = [
     ("4k_c16_req_per_s", 4 * KIB, 16, "nginx-static", "req_per_s", 1.3, False),
+    ("4k_c64_req_per_s", 4 * KIB, 64, "nginx-static", "req_per_s", 1.3, False),
+    ("4k_c16_vs_reference", 4 * KIB, 16, "uring-ref", "req_per_s", 0.85, False),
+    ("4k_c64_vs_reference", 4 * KIB, 64, "uring-ref", "req_per_s", 0.85, False),
+    ("64k_c16_gbytes_per_s", 64 * KIB, 16, "nginx-static", "gbytes_per_s", 1.0, False),
     ("256k_c16_gbytes_per_s", 256 * KIB, 16, "nginx-static", "gbytes_per_s", 1.0, True),
     ("16m_c16_gbytes_per_s", 16 * MIB, 16, "nginx-static", "gbytes_per_s", 1.0, True),
     ("4k_c16_vs_olah", 4 * KIB, 16, "olah", "req_per_s", 100.0, False),

@@ -31,6 +31,8 @@ def _peer(c):
     p = c.get("peer") or {}
     if c["versus"] == "olah":
         return "olah"
+    if c["versus"] == "uring-ref":
+        return "[reference server](docs/benchmarks.md)"
     return "nginx static (%s)" % p["variant"].replace("_", " ") if p.get("variant") else "nginx static"
 
 

@@ -221,6 +221,23 @@ def test_a_target_is_met_only_when_the_rounds_agree_with_the_medians():
     assert "1.48×, 0.68× within rounds" in headline
 
 
+def test_headline_holds_issue_18s_targets_against_the_reference_server():
+    doc = synthetic_run()
+    K = 1024
+    for conc, pul, ref in ((16, 65000, 74000), (64, 60000, 75000)):
+        if conc == 64:
+            doc["medians"].append(_median("pulsys", "portable", 4 * K, 64, pul))
+        doc["medians"].append(_median("uring-ref", "mem", 4 * K, conc, ref))
+    h = render_bench.compute_headline(doc, "s")
+    c = {x["id"]: x for x in h["comparisons"]}
+    assert c["4k_c16_vs_reference"]["ratio"] == round(65000 / 74000, 3) and c["4k_c16_vs_reference"]["met"] is True
+    assert c["4k_c64_vs_reference"]["ratio"] == 0.8 and c["4k_c64_vs_reference"]["met"] is False
+    assert c["4k_c64_req_per_s"]["met"] is None and "not measured at 4 KiB c64" in c["4k_c64_req_per_s"]["why"]
+    assert c["64k_c16_gbytes_per_s"]["met"] is None      # pulsys not measured at 64 KiB here
+    md = update_readme_headline.render(h)
+    assert "| 4 KiB, 64 connections | 60,000 req/s | [reference server](docs/benchmarks.md): 75,000 req/s | 0.80× |" in md
+
+
 def test_headline_when_a_peer_is_missing():
     doc = synthetic_run()
     doc["medians"] = [m for m in doc["medians"] if m["server"] != "olah"]
