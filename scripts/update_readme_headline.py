@@ -45,6 +45,7 @@ def render(h):
     if backend != "iouring":
         lines += ["pulsys io_uring: %s — the numbers below are the portable backend." % h.get("pulsys_iouring"), ""]
     lines += ["| what | pulsys %s | versus | ratio | target |" % backend, "|---|---:|---:|---:|---|"]
+    wrk = False
     for c in h["comparisons"]:
         metric = c["metric"]
         pv = (c.get("pulsys") or {}).get(metric)
@@ -56,9 +57,16 @@ def render(h):
         if c.get("cpu_ratio") is not None:
             ratio_s += " (CPU/GB %.2f×)" % c["cpu_ratio"]
         verdict = {True: "met", False: "not met", None: "not measured"}[c.get("met")]
+        if "wrk" in ((c.get("pulsys") or {}).get("generator"), (c.get("peer") or {}).get("generator")):
+            ratio_s += " ʷ"
+            wrk = True
         lines.append("| %s, %d connections | %s | %s: %s | %s | %s: %s |" % (
             human_size(c["size"]), c["concurrency"], _num(pv, metric), _peer(c), _num(qv, metric), ratio_s,
             c["target"].replace(">=", "≥"), verdict))
+    if wrk:
+        lines += ["", "ʷ measured with wrk, which the run's generator check found faster than the C client "
+                  "at that concurrency; a ratio near 1 there can be both servers at wrk's own limit "
+                  "([load generators](docs/benchmarks.md#load-generators))."]
     lines += ["", "Source: `%s` (regenerate: `bash scripts/bench_compare.sh`, then "
               "`python scripts/update_readme_headline.py`)." % h.get("source")]
     return "\n".join(lines)
