@@ -213,9 +213,10 @@ static int consume(struct conn *c, const char *data, size_t n, int *status, int 
         case ST_HEAD: {
             /* The head ends at CRLFCRLF, which may straddle two reads: look for it across
              * the last 3 bytes held and the new ones, then copy the head's bytes at once.
-             * (A copy and a compare per byte cost this client ~0.5 us more a request for
-             * pulsys's 391-byte head than for the reference server's 110 bytes, with the
-             * client the bottleneck at 4 KiB: docs/benchmarks.md, issue 18.) */
+             * (Copied and compared a byte at a time, pulsys's 395-byte head cost this client
+             * 1.8 us a request more than the reference server's 110 bytes, 0.17 us now; at
+             * 4 KiB, where the client is the bottleneck, that slowed the server too:
+             * results/<machine>/response_shape_2026-12-04.json, docs/benchmarks.md.) */
             size_t avail = n - i, take = avail;
             int ended = 0;
             if (c->hlen) {
