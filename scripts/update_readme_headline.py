@@ -32,7 +32,7 @@ def _peer(c):
     if c["versus"] == "olah":
         return "olah"
     if c["versus"] == "uring-ref":
-        return "[reference server](docs/benchmarks.md)"
+        return "[reference server](docs/benchmarks.md#pulsys-against-the-reference-server-per-request-issue-18)"
     return "nginx static (%s)" % p["variant"].replace("_", " ") if p.get("variant") else "nginx static"
 
 
