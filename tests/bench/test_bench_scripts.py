@@ -399,17 +399,24 @@ def test_loadgen_reports_wrong_sizes_and_statuses_as_errors(loadgen):
     assert d["requests"] == 0 and d["errors_by"]["status"] > 0
 
 
+def run_for_result(script, args, out_dir, pattern, timeout):
+    """scripts/<script> with args and --out-dir out_dir, from the repository root: it must
+    exit 0 and write exactly one file matching pattern there -> that file's path."""
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, script)] + args + ["--out-dir", str(out_dir)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (path,) = out_dir.glob(pattern)
+    return path
+
+
 @pytest.mark.slow
 def test_profile_splits_server_cpu_per_request(tmp_path):
     """scripts/profile_warm.py for real on the portable backend: perf's samples become
     microseconds of server CPU per request, split by where the CPU was."""
     if not ensure_tool(lambda: shutil.which("perf"), "linux-perf"):
         pytest.skip("perf is not installed and cannot be installed here (needs root and apt-get)")
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "profile_warm.py"), "--servers", "pulsys-portable",
-                        "--duration", "1", "--out-dir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=150)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (path,) = tmp_path.glob("profile_warm_4096_c16_*.json")
+    path = run_for_result("profile_warm.py", ["--servers", "pulsys-portable", "--duration", "1"], tmp_path,
+                          "profile_warm_4096_c16_*.json", 150)
     doc = json.loads(path.read_text())
     assert len(doc["commit"]) == 40 and doc["size"] == 4096 and doc["concurrency"] == 16
     (row,) = doc["rows"]
@@ -426,12 +433,9 @@ def test_layout_profile_counts_every_process_of_a_two_process_server(tmp_path):
     are counted, not only the process that was started."""
     if not ensure_tool(lambda: shutil.which("perf"), "linux-perf"):
         pytest.skip("perf is not installed and cannot be installed here (needs root and apt-get)")
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "profile_floors.py"), "--servers",
-                        "pulsys-iouring-l2,uring-floor-p2", "--concurrency", "8", "--duration", "1", "--rounds", "1",
-                        "--runs", "plain,footprint", "--window", "0.05", "--out-dir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (path,) = tmp_path.glob("profile_floors_4096_c8_*.json")
+    path = run_for_result("profile_floors.py", ["--servers", "pulsys-iouring-l2,uring-floor-p2", "--concurrency", "8",
+                                                "--duration", "1", "--rounds", "1", "--runs", "plain,footprint",
+                                                "--window", "0.05"], tmp_path, "profile_floors_4096_c8_*.json", 180)
     doc = json.loads(path.read_text())
     assert doc["unavailable"] == {}
     assert sorted(r["server"] for r in doc["rows"]) == ["pulsys/iouring-l2", "uring-floor/python-liburing-p2"]
@@ -523,12 +527,9 @@ def test_tiny_cold_run_measures_every_server_from_an_empty_cache(tmp_path):
     if not ensure_nginx():
         pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get)")
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_cold.py"), "--size-mib", "9", "--files", "2",
-                        "--rounds", "1", "--servers", "direct,nginx-proxy-cache,pulsys,pulsys-1-fetcher",
-                        "--cache-root", str(tmp_path), "--out-dir", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=150)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (json_path,) = out.glob("cold_*.json")
+    json_path = run_for_result("bench_cold.py", ["--size-mib", "9", "--files", "2", "--rounds", "1", "--servers",
+                                                 "direct,nginx-proxy-cache,pulsys,pulsys-1-fetcher",
+                                                 "--cache-root", str(tmp_path)], out, "cold_*.json", 150)
     text = json_path.read_text()
     assert ROOT not in text and str(tmp_path) not in text
     doc = json.loads(text)
@@ -549,11 +550,9 @@ def test_tiny_cold_floor_run_adds_up_its_parts(tmp_path):
     if not ensure_nginx():
         pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get)")
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_cold_floor.py"), "--size-mib", "16",
-                        "--rounds", "1", "--cache-root", str(tmp_path), "--out-dir", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (json_path,) = out.glob("cold_floor_*.json")
+    json_path = run_for_result("bench_cold_floor.py",
+                               ["--size-mib", "16", "--rounds", "1", "--cache-root", str(tmp_path)],
+                               out, "cold_floor_*.json", 120)
     doc = json.loads(json_path.read_text())
     m = doc["medians"]
     ways = ("receive_write_sha256", "receive_mmap_sha256", "splice_sha256")
@@ -631,11 +630,8 @@ def test_switch_cost_measures_every_mode_and_derives_the_costs(tmp_path):
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.fail("no C compiler for scripts/bench_peers/switch_cost.c (apt-get install gcc)")
     cpu = min(os.sched_getaffinity(0))
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "switch_cost.py"), "--hot-kib", "0,64",
-                        "--rounds", "2", "--cell-seconds", "0.02", "--cpu", str(cpu), "--out-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    (out,) = tmp_path.glob("switch_cost_*.json")
+    out = run_for_result("switch_cost.py", ["--hot-kib", "0,64", "--rounds", "2", "--cell-seconds", "0.02",
+                                            "--cpu", str(cpu)], tmp_path, "switch_cost_*.json", 120)
     doc = json.loads(out.read_text())
     assert all(k in doc for k in PROVENANCE) and doc["cpu"] == cpu
     assert [r["hot_kib"] for r in doc["rows"]] == [0, 64]
@@ -694,11 +690,8 @@ def test_ops_count_splits_a_request_from_a_pass(tmp_path):
     parts are positive and rebuild the rows."""
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.fail("no C compiler for scripts/bench_peers/loadgen.c (apt-get install gcc)")
-    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "ops_per_request.py"), "--concurrency", "1,8",
-                        "--duration", "1.5", "--out-dir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (out,) = tmp_path.glob("ops_per_request_*.json")
+    out = run_for_result("ops_per_request.py", ["--concurrency", "1,8", "--duration", "1.5"], tmp_path,
+                         "ops_per_request_*.json", 240)
     doc = json.loads(out.read_text())
     assert len(doc["commit"]) == 40 and doc["benchmark"] == "ops_per_request"
     c1, c8 = doc["rows"]
