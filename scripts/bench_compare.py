@@ -632,14 +632,15 @@ def make_peers(ctx, names):
 
 # -- load generators -------------------------------------------------------------------
 
-def build_c(workdir, name, who="bench_compare", flags=()):
-    """scripts/bench_peers/<name>.c built with the system cc (-O2) into workdir/<name>.
-    -> (path, the compiler's version); a clear error naming `who` when it cannot be."""
+def build_c(workdir, name, who="bench_compare", flags=(), src=None):
+    """scripts/bench_peers/<name>.c (or the file `src`) built with the system cc (-O2) into
+    workdir/<name>. -> (path, the compiler's version); a clear error naming `who` when it
+    cannot be."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise SystemExit("%s: error: no C compiler (cc) to build %s.c; apt-get install gcc" % (who, name))
     exe = os.path.join(workdir, name)
-    p = subprocess.run([cc, "-O2", *flags, "-o", exe, os.path.join(PEERS_DIR, name + ".c")],
+    p = subprocess.run([cc, "-O2", *flags, "-o", exe, src or os.path.join(PEERS_DIR, name + ".c")],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("%s: error: building %s.c failed:\n%s" % (who, name, p.stderr))

@@ -92,11 +92,7 @@ def build_loadgen_at(rev, workdir):
     path = os.path.join(workdir, "loadgen_rev.c")
     with open(path, "wb") as f:
         f.write(src)
-    exe = os.path.join(workdir, "loadgen_rev")
-    p = subprocess.run([shutil.which("cc") or "gcc", "-O2", "-o", exe, path], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit("response_shape: error: building loadgen.c of %s failed:\n%s" % (rev, p.stderr))
-    return exe
+    return B.build_c(workdir, "loadgen_rev", who="response_shape", src=path)[0]
 
 
 def one_run(ctx, ref, wrapper, answer, gen, conc, duration, header):
