@@ -44,6 +44,14 @@ costs the server (the switch, and refilling what the co-runner evicted):
     python scripts/bench_warm.py --name interrupted --generator loadgen --connections 64 \
         --variant l1="--iouring --listeners=1" --variant l1_h512="--iouring --listeners=1 +co-runner=250:512"
 
+A FLAGS token +connections=N (taken out of the flags) runs that variant's load with N
+connections instead of --connections: e.g. two reactors at 128 connections, as many a
+reactor as one reactor has at 64:
+
+    python scripts/bench_warm.py --name layout_per_reactor --generator loadgen --connections 64 \
+        --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
+        --variant l2_c128="--iouring --listeners=2 +connections=128"
+
 +co-runner=idle runs a busy loop in SCHED_IDLE there instead: it takes the CPU only
 when no server thread wants it, so the CPU is never idle and no wake-up of the server
 starts from an idle CPU (in this VM, where an idle vCPU halts, that path is dear).
@@ -227,11 +235,17 @@ def main():
     a = ap.parse_args()
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
-    variants, trees, revs, co = [], {}, {}, {}
+    variants, trees, revs, co, conns = [], {}, {}, {}, {}
     co_cpu = cpu_list(a.server_cpus)[0]       # a co-runner's: the first of the server's CPUs
     for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
         name, _, flags = v.partition("=")
         flags = flags.split()
+        for t in [t for t in flags if t.startswith("+connections=")]:
+            flags.remove(t)
+            n = t.partition("=")[2]
+            if not n.isdigit() or int(n) < 1:
+                raise SystemExit("bench_warm: error: %r: +connections=N takes a whole number above 0" % t)
+            conns[name] = int(n)
         for t in [t for t in flags if t.startswith("+co-runner=")]:
             flags.remove(t)
             if t == "+co-runner=idle":
@@ -246,9 +260,9 @@ def main():
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
     if workdir:
         exe = bench_compare.build_loadgen(workdir)[0]
-        generate = lambda url, size, headers: loadgen(exe, url, size, a.connections, a.duration, headers)  # noqa: E731
+        generate = lambda url, size, headers, c: loadgen(exe, url, size, c, a.duration, headers)  # noqa: E731
     else:
-        generate = lambda url, size, headers: wrk(url, a.connections, a.duration, headers)  # noqa: E731
+        generate = lambda url, size, headers, c: wrk(url, c, a.duration, headers)  # noqa: E731
     tree_dir = tempfile.mkdtemp(prefix="bench_warm-trees-")
     for name, _ in variants:
         rev = name.partition("@")[2]
@@ -287,7 +301,7 @@ def main():
                             tick = start_co_runner(tick_exe, co[name]) if name in co else None
                             try:
                                 cpu0 = cpu_seconds(p.pid)
-                                rps, p50, p99, total, client_s = generate(u, s, headers)
+                                rps, p50, p99, total, client_s = generate(u, s, headers, conns.get(name, a.connections))
                                 cpu1 = cpu_seconds(p.pid)
                             finally:
                                 if tick is not None:
@@ -323,6 +337,7 @@ def main():
             results.append({"client_cpu_us_per_req": round(client, 2),
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
                             "variant": name, "flags": flags, "size": s, "co_runner": co.get(name),
+                            "connections": conns.get(name, a.connections),
                             "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],

@@ -486,7 +486,7 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
                         "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
                         "--variant", "one=--no-iouring --listeners=1",
                         "--variant", "two=--no-iouring +co-runner=500:16 --listeners=2",
-                        "--variant", "idle=--no-iouring +co-runner=idle"],
+                        "--variant", "idle=--no-iouring +co-runner=idle +connections=6"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((tmp_path / "tiny.json").read_text())
@@ -498,6 +498,7 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
     assert two["flags"] == ["--no-iouring", "--listeners=2"]
     assert two["co_runner"] == {"period_us": 500, "hot_kib": 16, "cpu": 0} and one["co_runner"] is None
     assert idle["co_runner"] == {"idle": True, "cpu": 0} and idle["flags"] == ["--no-iouring"]
+    assert (one["connections"], two["connections"], idle["connections"]) == (4, 4, 6)
     for row in (one, two, idle):
         assert row["median_req_per_s"] > 0
         server, client = row["median_server_cpu_us_per_req"], row["client_cpu_us_per_req"]
@@ -506,11 +507,14 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
         assert abs(row["ceiling_ratio_on_2_cpus"] - want) < 0.01 * want + 0.002
 
 
-def test_warm_bench_refuses_a_malformed_co_runner(tmp_path):
+@pytest.mark.parametrize("token, says", [("+co-runner=fast", ["+co-runner=PERIOD_US:HOT_KIB", "+co-runner=idle"]),
+                                         ("+connections=0", ["+connections=N"]),
+                                         ("+connections=many", ["+connections=N"])])
+def test_warm_bench_refuses_a_malformed_token(tmp_path, token, says):
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
-                        "--out-dir", str(tmp_path), "--variant", "x=--no-iouring +co-runner=fast"],
+                        "--out-dir", str(tmp_path), "--variant", "x=--no-iouring " + token],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "+co-runner=PERIOD_US:HOT_KIB" in p.stderr and "+co-runner=idle" in p.stderr
+    assert p.returncode != 0 and all(w in p.stderr for w in says), p.stderr
     assert "Traceback" not in p.stderr
     assert not list(tmp_path.iterdir())
 
