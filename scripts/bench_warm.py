@@ -44,6 +44,10 @@ costs the server (the switch, and refilling what the co-runner evicted):
     python scripts/bench_warm.py --name interrupted --generator loadgen --connections 64 \
         --variant l1="--iouring --listeners=1" --variant l1_h512="--iouring --listeners=1 +co-runner=250:512"
 
++co-runner=idle runs a busy loop in SCHED_IDLE there instead: it takes the CPU only
+when no server thread wants it, so the CPU is never idle and no wake-up of the server
+starts from an idle CPU (in this VM, where an idle vCPU halts, that path is dear).
+
 A FLAGS token +connections=N (taken out of the flags) runs that variant's load with N
 connections instead of --connections: e.g. two reactors at 128 connections, as many a
 reactor as one reactor has at 64:
@@ -51,10 +55,6 @@ reactor as one reactor has at 64:
     python scripts/bench_warm.py --name layout_per_reactor --generator loadgen --connections 64 \
         --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
         --variant l2_c128="--iouring --listeners=2 +connections=128"
-
-+co-runner=idle runs a busy loop in SCHED_IDLE there instead: it takes the CPU only
-when no server thread wants it, so the CPU is never idle and no wake-up of the server
-starts from an idle CPU (in this VM, where an idle vCPU halts, that path is dear).
 
 --listeners 2 against 1 on a 2-CPU machine (workers on both CPUs, the client on CPU 1):
 
