@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -47,16 +48,11 @@ TURN = "uring.py:turn"      # the loop's pass: UringReactor._turn's closure
 
 def fit(points):
     """Least squares of y = a + b x over (x, y) points -> (a, b); None below two distinct x."""
-    n = len(points)
-    if n < 2:
+    try:
+        b, a = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
+    except statistics.StatisticsError:
         return None
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx <= 0:
-        return None
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return my - b * mx, b
+    return a, b
 
 
 def by_function(counts, requests, thread=REACTOR):
