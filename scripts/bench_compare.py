@@ -234,6 +234,37 @@ def tree_cpu_ticks(root):
     return total
 
 
+def tree_threads(root):
+    """[(tid, "/proc/PID/task/TID")] of every live thread of root's tree."""
+    out = []
+    for pid in process_tree(root):
+        try:
+            out.extend((int(tid), "/proc/%d/task/%s" % (pid, tid)) for tid in os.listdir("/proc/%d/task" % pid))
+        except OSError:
+            continue
+    return out
+
+
+def tree_run_seconds(root):
+    """(seconds on a CPU of every thread of root's live tree, to the nanosecond; the set of
+    those threads' ids) or None where the kernel keeps no schedstat. The seconds are the
+    first field of /proc/PID/task/TID/schedstat (sum_exec_runtime, the total that
+    /proc/PID/stat's utime+stime are scaled to, there in clock ticks of 10 ms: proc(5)).
+    A thread that has ended is not counted: a difference of two readings is exact only
+    when every thread of the first is in the second."""
+    total, tids = 0, set()
+    for tid, path in tree_threads(root):
+        try:
+            with open(path + "/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            if not os.path.exists(path):
+                continue      # the thread ended between the listing and the read
+            return None
+        tids.add(tid)
+    return total / 1e9, frozenset(tids)
+
+
 def wait_idle(root, timeout=20.0, interval=0.2):
     """Wait until the server tree stops burning CPU (work left over from the last load,
     e.g. responses to abandoned requests, must not land in the next measurement)."""

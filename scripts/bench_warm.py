@@ -34,6 +34,15 @@ a layout costs without pulsys, e.g. --listeners 2 against 1 beside the floor's
         --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
         --variant floor:p1=--processes=1 --variant floor:p2=--processes=2
 
+A variant named ref:NAME runs the shared reference server (../shared/reference/
+uring_min_server.py, bench_compare's uring-ref) unchanged, with FLAGS empty or
+--processes=N: N copies sharing its port through SO_REUSEPORT (bench_peers/ref_processes.py),
+what the --listeners N layout costs the reference itself:
+
+    python scripts/bench_warm.py --name layout_ref --generator loadgen --connections 64 \
+        --variant l1="--iouring --listeners=1" --variant l2="--iouring --listeners=2" \
+        --variant ref:p1= --variant ref:p2=--processes=2
+
 A FLAGS token +co-runner=PERIOD_US:HOT_KIB (taken out of the flags) runs, beside that
 variant's server on its first CPU and only while the load runs, the co-runner of
 scripts/bench_peers/switch_cost.c: every PERIOD_US it wakes, walks a hot set of HOT_KIB
@@ -63,6 +72,7 @@ reactor as one reactor has at 64:
 """
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -84,6 +94,8 @@ import switch_cost  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
+
+REF_SCRIPT = os.path.join(bench_compare.REFERENCE_DIR, "uring_min_server.py")
 
 
 def needs_key(flags):
@@ -144,6 +156,31 @@ def start_floor(root, flags, cpus="0"):
     raise SystemExit("bench_warm: uring_floor.py did not start with flags %s" % flags)
 
 
+def start_ref(files_dir, processes, cpus="0"):
+    """The shared reference server (bench_compare's uring-ref, unchanged) serving the files
+    of `files_dir` at /files/NAME, in `processes` copies sharing its port
+    (bench_peers/ref_processes.py), pinned like pulsys. -> (Popen, URL of the files)."""
+    port = bench_compare.free_port()
+    p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "ref_processes.py"),
+                         "--processes", str(processes), "--script", REF_SCRIPT, "--", str(port), files_dir, "mem"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if bench_compare.wait_port(port, p):
+        return p, "http://127.0.0.1:%d/files" % port
+    p.kill()
+    raise SystemExit("bench_warm: the reference server did not start in %d processes" % processes)
+
+
+def ref_processes(flags):
+    """A ref: variant's FLAGS -> its number of processes: none, or one --processes=N."""
+    if not flags:
+        return 1
+    m = re.fullmatch(r"--processes=([1-9]\d*)", flags[0])
+    if len(flags) > 1 or not m:
+        raise SystemExit("bench_warm: error: %r: a ref: variant takes one flag, --processes=N (N above 0)"
+                         % " ".join(flags))
+    return int(m.group(1))
+
+
 def wrk(url, connections, duration, headers=()):
     """-> (req/s, p50, p99, requests, client CPU seconds: wrk's user + system time;
     taskset execs wrk in its own process)."""
@@ -197,14 +234,28 @@ def start_co_runner(exe, co):
     return p
 
 
-def cpu_seconds(pid):
-    """User + system CPU seconds of a process tree: pulsys and, with --listeners N > 1, its
-    worker processes (bench_compare.tree_cpu_ticks: /proc/PID/stat of each, plus reaped
-    children)."""
+def cpu_reading(pid):
+    """Where the CPU time of a process tree stands (pulsys and, with --listeners N > 1,
+    its worker processes), for cpu_between(); None when the tree is gone."""
     try:
-        return bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+        return bench_compare.tree_run_seconds(pid), bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return None
+
+
+def cpu_between(before, after):
+    """CPU seconds a process tree used between two cpu_reading()s: each thread's run time
+    to the nanosecond (bench_compare.tree_run_seconds; a 1 s load of ~150k requests is
+    ~1 s of CPU, where clock ticks of 10 ms are 1% steps), unless the kernel keeps no
+    schedstat or a thread ended in between (its time would be lost): then user + system
+    time in clock ticks (bench_compare.tree_cpu_ticks, which keeps the time of ended
+    threads and reaped children). None when either reading is missing."""
+    if before is None or after is None:
+        return None
+    (run0, ticks0), (run1, ticks1) = before, after
+    if run0 is not None and run1 is not None and run0[1] <= run1[1]:
+        return run1[0] - run0[0]
+    return ticks1 - ticks0
 
 
 def cpu_list(text):
@@ -220,10 +271,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="4096")
     ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=5, help="seconds of load a variant a round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=FLAGS (FLAGS space-separated pulsys flags, may be empty)")
+    ap.add_argument("--together", action="store_true",
+                    help="start every variant's server once, before the first round, and keep them all "
+                         "up (idle but for their own load); rounds then take seconds, not a server start "
+                         "each, so many short rounds pair the variants closely in time")
     ap.add_argument("--name", default="warm", help="results file name prefix")
     ap.add_argument("--server-cpus", default="0",
                     help="taskset CPU list for pulsys and its worker processes (wrk stays on CPU 1); "
@@ -233,6 +288,8 @@ def main():
                     help="load generator on CPU 1: wrk (default) or the C client of bench_compare "
                          "(scripts/bench_peers/loadgen.c, built with cc)")
     a = ap.parse_args()
+    if a.duration <= 0 or (a.generator == "wrk" and a.duration != int(a.duration)):
+        raise SystemExit("bench_warm: error: --duration %g: seconds above 0, whole seconds with wrk" % a.duration)
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
     variants, trees, revs, co, conns = [], {}, {}, {}, {}
@@ -256,6 +313,10 @@ def main():
                 raise SystemExit("bench_warm: error: %r: +co-runner=PERIOD_US:HOT_KIB (e.g. +co-runner=250:512) "
                                  "or +co-runner=idle" % t)
             co[name] = {"period_us": int(m.group(1)), "hot_kib": int(m.group(2)), "cpu": co_cpu}
+        if name.startswith("ref:"):
+            ref_processes(flags)
+            if not os.path.isfile(REF_SCRIPT):
+                raise SystemExit("bench_warm: error: ref: variants need %s (or PULSYS_REFERENCE_DIR)" % REF_SCRIPT)
         variants.append((name, flags))
     workdir = tempfile.mkdtemp(prefix="bench_warm-") if a.generator == "loadgen" else None
     if workdir:
@@ -283,35 +344,62 @@ def main():
         with open(os.path.join(floor_dir, fname), "wb") as f:
             f.write(body)
     rows = {(n, s): [] for n, _ in variants for s in sizes}
+
+    def launch(stack, name, flags):
+        """Start variant `name`'s server, stopped when `stack` closes. -> (Popen, files URL, headers)."""
+        cache = stack.enter_context(tempfile.TemporaryDirectory())
+        tree = trees[name]
+        headers = (("Authorization", "Bearer " + create_key(cache, tree)),) if needs_key(flags) else ()
+        if name.startswith("floor:"):
+            p, url = start_floor(floor_root, flags, a.server_cpus)
+            url += "/bench/warm/resolve/main"
+        elif name.startswith("ref:"):
+            p, url = start_ref(floor_dir, ref_processes(flags), a.server_cpus)
+        else:
+            p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
+            url += "/bench/warm/resolve/main"
+        stack.callback(p.wait, 10)
+        stack.callback(p.terminate)
+        for size in sizes:
+            urllib.request.urlopen(urllib.request.Request("%s/f%d.bin" % (url, size), headers=dict(headers))).read()
+        return p, url, headers
+
+    def measure(name, server, size, live):
+        """One load of `size` against `server`. -> (req/s, p50, p99, server CPU µs a request,
+        client CPU µs a request, the other live servers' CPU µs a request meanwhile)."""
+        p, url, headers = server
+        others = [q.pid for q, _, _ in live.values() if q is not p]
+        tick = start_co_runner(tick_exe, co[name]) if name in co else None
+        try:
+            idle0 = [cpu_reading(pid) for pid in others]
+            cpu0 = cpu_reading(p.pid)
+            rps, p50, p99, total, client_s = generate("%s/f%d.bin" % (url, size), size, headers,
+                                                      conns.get(name, a.connections))
+            cpu1 = cpu_reading(p.pid)
+            idle = sum(cpu_between(r0, cpu_reading(pid)) or 0 for r0, pid in zip(idle0, others))
+        finally:
+            if tick is not None:
+                tick.terminate()
+                tick.wait(10)
+        used = cpu_between(cpu0, cpu1)
+        us = used * 1e6 / total if used is not None else None
+        return rps, p50, p99, us, client_s * 1e6 / total, idle * 1e6 / total if others else None
+
     try:
-        for rnd in range(a.rounds):
-            # ABBA order: a load that grows or fades during the run weighs on every variant alike
-            for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
-                with tempfile.TemporaryDirectory() as cache:
-                    tree = trees[name]
-                    headers = (("Authorization", "Bearer " + create_key(cache, tree)),) if needs_key(flags) else ()
-                    if name.startswith("floor:"):
-                        p, url = start_floor(floor_root, flags, a.server_cpus)
-                    else:
-                        p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
-                    try:
-                        for s in sizes:
-                            u = "%s/bench/warm/resolve/main/f%d.bin" % (url, s)
-                            urllib.request.urlopen(urllib.request.Request(u, headers=dict(headers))).read()
-                            tick = start_co_runner(tick_exe, co[name]) if name in co else None
-                            try:
-                                cpu0 = cpu_seconds(p.pid)
-                                rps, p50, p99, total, client_s = generate(u, s, headers, conns.get(name, a.connections))
-                                cpu1 = cpu_seconds(p.pid)
-                            finally:
-                                if tick is not None:
-                                    tick.terminate()
-                                    tick.wait(10)
-                            us = (cpu1 - cpu0) * 1e6 / total if cpu0 is not None and cpu1 is not None else None
-                            rows[(name, s)].append((rps, p50, p99, us, client_s * 1e6 / total))
-                    finally:
-                        p.terminate()
-                        p.wait(10)
+        with contextlib.ExitStack() as together:
+            live = {}
+            if a.together:      # every server up for the whole run, each loaded in turn
+                for name, flags in variants:
+                    live[name] = launch(together, name, flags)
+                for name, _ in variants:      # a first load, not counted: the servers' first-use costs
+                    measure(name, live[name], sizes[0], live)
+            for rnd in range(a.rounds):
+                # ABBA order: a load that grows or fades during the run weighs on every variant alike
+                for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
+                    with contextlib.ExitStack() as one:
+                        server = live.get(name) or launch(one, name, flags)
+                        for size in sizes:
+                            rows[(name, size)].append(measure(name, server, size, live))
     finally:
         hub.stop()
         if workdir:
@@ -342,7 +430,10 @@ def main():
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],
-                            "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None})
+                            "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None,
+                            # --together: what the idle servers used meanwhile (their timers)
+                            "idle_servers_cpu_us_per_req": [round(r[5], 3) for r in rows[(name, s)]]
+                            if a.together else None})
             print("%-18s %8d B  %9.0f req/s  x%.3f  rounds=%s  server CPU %s us/req (rounds %s)  "
                   "client CPU %.2f us/req  ceiling on %d CPUs x%s" % (
                       name, s, med, med / base, [round(x) for x in rps],
@@ -350,7 +441,8 @@ def main():
                       "%.2f" % ceiling if ceiling else "?"))
     backend = ("selector" if all("--no-iouring" in f for _, f in variants)
                else "io_uring where the probe passes, unless a variant says --no-iouring")
-    doc = provenance(benchmark=a.name, backend=backend, loadavg_before=load_before, load="%s c%d %ds" % (a.generator, a.connections, a.duration),
+    doc = provenance(benchmark=a.name, backend=backend, loadavg_before=load_before, load="%s c%d %gs" % (a.generator, a.connections, a.duration),
+                     together=a.together,
                      pinning="pulsys CPU %s, %s CPU 1" % (a.server_cpus, a.generator), rounds=a.rounds, results=results,
                      revisions={rev: sha for rev, (_, sha) in revs.items()})
     print("wrote", write_result("%s.json" % a.name, doc, a.out_dir))

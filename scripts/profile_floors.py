@@ -62,20 +62,15 @@ def threads(pid):
     """{tid: (name, user ticks, system ticks)} of every thread of pid and its descendants
     (pulsys --listeners 2: the worker processes; uring_floor.py --processes 2: its forks)."""
     out = {}
-    for p in B.process_tree(pid):
+    for tid, path in B.tree_threads(pid):
         try:
-            tids = os.listdir("/proc/%d/task" % p)
+            with open(path + "/stat") as f:
+                d = f.read()
         except OSError:
             continue
-        for tid in tids:
-            try:
-                with open("/proc/%d/task/%s/stat" % (p, tid)) as f:
-                    d = f.read()
-            except OSError:
-                continue
-            name = d[d.index("(") + 1:d.rindex(")")]
-            f = d[d.rindex(")") + 2:].split()
-            out[int(tid)] = (name, int(f[11]), int(f[12]))
+        name = d[d.index("(") + 1:d.rindex(")")]
+        f = d[d.rindex(")") + 2:].split()
+        out[tid] = (name, int(f[11]), int(f[12]))
     return out
 
 

@@ -521,6 +521,140 @@ def test_warm_bench_refuses_a_malformed_token(tmp_path, token, says):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flags", ["--foo", "--processes=0", "--processes=two", "--processes=2 --listeners=2"])
+def test_warm_bench_refuses_a_reference_variant_with_other_flags(tmp_path, flags):
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
+                        "--out-dir", str(tmp_path), "--variant", "ref:x=" + flags],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--processes=N" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_warm_bench_says_where_it_looked_for_the_reference(tmp_path):
+    absent = tmp_path / "absent"
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
+                        "--out-dir", str(tmp_path), "--variant", "ref:p2=--processes=2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PULSYS_REFERENCE_DIR=str(absent)))
+    assert p.returncode != 0 and str(absent / "uring_min_server.py") in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())
+
+
+# A stand-in for ../shared/reference/uring_min_server.py (absent from a clone of this
+# repository alone) with its command line: PORT ROOT mem, DIR/NAME served at /files/NAME,
+# keep-alive. It binds through socket.socket.bind, as the reference does, and names the
+# process that answered in a header.
+STAND_IN_REFERENCE = """
+import functools, http.server, os, sys
+PORT, ROOT = int(sys.argv[1]), sys.argv[2]
+class H(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def translate_path(self, path):
+        return os.path.join(ROOT, path.rpartition("/")[2])
+    def end_headers(self):
+        self.send_header("X-Pid", str(os.getpid()))
+        super().end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", PORT), H).serve_forever()
+"""
+
+
+def test_ref_processes_runs_copies_of_the_reference_on_one_port(tmp_path):
+    """scripts/bench_peers/ref_processes.py: N copies of an unchanged server that binds
+    without SO_REUSEPORT share its port, each connection answered by one of them; SIGTERM
+    stops them all and the launcher exits 0."""
+    import urllib.request
+    (tmp_path / "f.bin").write_bytes(b"x" * 100)
+    ref = tmp_path / "uring_min_server.py"
+    ref.write_text(STAND_IN_REFERENCE)
+    port = bench_compare.free_port()
+    p = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "bench_peers", "ref_processes.py"),
+                          "--processes", "2", "--script", str(ref), "--", str(port), str(tmp_path), "mem"])
+    try:
+        assert bench_compare.wait_port(port, p)
+        pids = set()
+        for _ in range(64):     # new connections, spread by SO_REUSEPORT's hash: all on one in 2**-63
+            with urllib.request.urlopen("http://127.0.0.1:%d/files/f.bin" % port, timeout=10) as r:
+                assert r.read() == b"x" * 100
+                pids.add(int(r.headers["X-Pid"]))
+        assert len(pids) == 2 and p.pid not in pids
+        p.terminate()
+        assert p.wait(10) == 0
+        for pid in pids:
+            assert not os.path.exists("/proc/%d" % pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def test_ref_processes_refuses_bad_input_without_a_traceback(tmp_path):
+    script = os.path.join(SCRIPTS, "bench_peers", "ref_processes.py")
+    for args, says in ((["--processes", "0", "--script", script], "above 0"),
+                       (["--script", str(tmp_path / "absent.py")], "no such file")):
+        p = subprocess.run([sys.executable, script] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.slow
+def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
+    """A ref: variant runs the reference (here the stand-in, through PULSYS_REFERENCE_DIR)
+    in its own processes on the same files, its CPU counted over all of them."""
+    refdir = tmp_path / "ref"
+    refdir.mkdir()
+    (refdir / "uring_min_server.py").write_text(STAND_IN_REFERENCE)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--name", "tiny",
+                        "--generator", "loadgen", "--connections", "4", "--duration", "1", "--rounds", "1",
+                        "--out-dir", str(out), "--variant", "one=--no-iouring",
+                        "--variant", "ref:p1=", "--variant", "ref:p2=--processes=2 +connections=8"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150,
+                       env=dict(os.environ, PULSYS_REFERENCE_DIR=str(refdir)))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = json.loads((out / "tiny.json").read_text())["results"]
+    assert [(r["variant"], r["flags"], r["connections"]) for r in rows] == [
+        ("one", ["--no-iouring"], 4), ("ref:p1", [], 4), ("ref:p2", ["--processes=2"], 8)]
+    for r in rows:
+        assert r["median_req_per_s"] > 0 and r["median_server_cpu_us_per_req"] > 0
+
+
+def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path):
+    """A real child spinning in a second thread: its schedstat run time agrees with its
+    clock ticks; cpu_between takes the run time while every thread of the first reading
+    lives on, and the ticks (which keep an ended thread's time) once one has ended."""
+    import bench_warm
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, threading, time\n"
+                              "stop = threading.Event()\n"
+                              "def spin():\n    t = time.time()\n    while time.time() - t < 0.4: pass\n"
+                              "    print('spun', flush=True); stop.wait()\n"
+                              "th = threading.Thread(target=spin); th.start()\n"
+                              "sys.stdin.readline(); stop.set(); th.join()\n"
+                              "print('ended', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first = bench_warm.cpu_reading(child.pid)
+        assert child.stdout.readline() == "spun\n"
+        spun = bench_warm.cpu_reading(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "ended\n"
+        ended = bench_warm.cpu_reading(child.pid)
+    finally:
+        child.kill()
+        child.wait(10)
+    (run0, _), _ = first
+    (run1, tids1), ticks1 = spun
+    (run2, tids2), ticks2 = ended
+    assert run1 >= 0.35 and abs(run1 - ticks1) < 0.05              # the same time, finer
+    assert bench_warm.cpu_between(first, spun) == run1 - run0       # no thread ended in between
+    assert not tids1 <= tids2 and run2 < run1 - 0.3                 # the ended thread's time is gone,
+    assert bench_warm.cpu_between(spun, ended) == ticks2 - ticks1 >= 0   # so the ticks count
+    assert bench_warm.cpu_between((None, 0.99), (None, 1.7)) == pytest.approx(0.71)   # no schedstat
+    assert bench_warm.cpu_between(None, ended) is None
+
+
 def test_warm_bench_reads_taskset_cpu_lists():
     import bench_warm
     assert bench_warm.cpu_list("0") == [0]
