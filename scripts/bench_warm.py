@@ -57,6 +57,13 @@ costs the server (the switch, and refilling what the co-runner evicted):
 when no server thread wants it, so the CPU is never idle and no wake-up of the server
 starts from an idle CPU (in this VM, where an idle vCPU halts, that path is dear).
 
+A FLAGS token +env=NAME=VALUE (taken out of the flags; any number) sets NAME in that
+variant's server environment: a switch of a scratch revision, measured beside main,
+e.g. a probe read from os.environ at NAME@REV:
+
+    python scripts/bench_warm.py --name probe --generator loadgen --connections 64 --together \
+        --variant l1="--iouring" --variant probe@scratch-w1="--iouring +env=PULSYS_EXP_WORKERS=1"
+
 A FLAGS token +connections=N (taken out of the flags) runs that variant's load with N
 connections instead of --connections: e.g. two reactors at 128 connections, as many a
 reactor as one reactor has at 64:
@@ -102,9 +109,10 @@ def needs_key(flags):
     return "--auth=required" in flags or " ".join(flags).find("--auth required") >= 0
 
 
-def tree_env(tree):
-    """Environment for `python -m pulsys` run from `tree` (ROOT or a worktree)."""
-    return dict(os.environ, PYTHONPATH=tree)
+def tree_env(tree, extra=None):
+    """Environment for `python -m pulsys` run from `tree` (ROOT or a worktree), plus a
+    variant's +env=NAME=VALUE settings."""
+    return dict(os.environ, PYTHONPATH=tree, **(extra or {}))
 
 
 def worktree(rev, parent):
@@ -126,13 +134,13 @@ def create_key(cache, tree=ROOT):
     return out.stdout.strip()
 
 
-def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT):
+def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT, env=None):
     port, admin = bench_compare.free_port(), bench_compare.free_port()
     cmd = bench_compare.pin(cpus) + [sys.executable, "-m", "pulsys", "--listen", "127.0.0.1:%d" % port,
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
                     "--log-format", "json", "--auth", "off"] + flags
-    p = subprocess.Popen(cmd, cwd=tree, env=tree_env(tree), stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(cmd, cwd=tree, env=tree_env(tree, env), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -144,11 +152,11 @@ def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT):
     raise SystemExit("bench_warm: pulsys did not start with flags %s" % flags)
 
 
-def start_floor(root, flags, cpus="0"):
+def start_floor(root, flags, cpus="0", env=None):
     """uring_floor.py serving the files under `root`, pinned like pulsys. -> (Popen, base URL)."""
     port = bench_compare.free_port()
     p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "uring_floor.py"),
-                         "--port", str(port), "--root", root] + flags,
+                         "--port", str(port), "--root", root] + flags, env=dict(os.environ, **(env or {})),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if bench_compare.wait_port(port, p):
         return p, "http://127.0.0.1:%d" % port
@@ -156,14 +164,14 @@ def start_floor(root, flags, cpus="0"):
     raise SystemExit("bench_warm: uring_floor.py did not start with flags %s" % flags)
 
 
-def start_ref(files_dir, processes, cpus="0"):
+def start_ref(files_dir, processes, cpus="0", env=None):
     """The shared reference server (bench_compare's uring-ref, unchanged) serving the files
     of `files_dir` at /files/NAME, in `processes` copies sharing its port
     (bench_peers/ref_processes.py), pinned like pulsys. -> (Popen, URL of the files)."""
     port = bench_compare.free_port()
     p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "ref_processes.py"),
                          "--processes", str(processes), "--script", REF_SCRIPT, "--", str(port), files_dir, "mem"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         env=dict(os.environ, **(env or {})), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if bench_compare.wait_port(port, p):
         return p, "http://127.0.0.1:%d/files" % port
     p.kill()
@@ -292,7 +300,7 @@ def main():
         raise SystemExit("bench_warm: error: --duration %g: seconds above 0, whole seconds with wrk" % a.duration)
     if a.generator == "wrk" and not shutil.which("wrk"):
         raise SystemExit("bench_warm: wrk not found (apt-get install wrk)")
-    variants, trees, revs, co, conns = [], {}, {}, {}, {}
+    variants, trees, revs, co, conns, envs = [], {}, {}, {}, {}, {}
     co_cpu = cpu_list(a.server_cpus)[0]       # a co-runner's: the first of the server's CPUs
     for v in a.variant or ["access_log_on=", "access_log_off=--access-log=off"]:
         name, _, flags = v.partition("=")
@@ -303,6 +311,13 @@ def main():
             if not n.isdigit() or int(n) < 1:
                 raise SystemExit("bench_warm: error: %r: +connections=N takes a whole number above 0" % t)
             conns[name] = int(n)
+        for t in [t for t in flags if t.startswith("+env=")]:
+            flags.remove(t)
+            m = re.fullmatch(r"\+env=([A-Za-z_][A-Za-z0-9_]*)=(.*)", t)
+            if not m:
+                raise SystemExit("bench_warm: error: %r: +env=NAME=VALUE takes an environment variable's name "
+                                 "(letters, digits, _), then = and its value" % t)
+            envs.setdefault(name, {})[m.group(1)] = m.group(2)
         for t in [t for t in flags if t.startswith("+co-runner=")]:
             flags.remove(t)
             if t == "+co-runner=idle":
@@ -351,12 +366,12 @@ def main():
         tree = trees[name]
         headers = (("Authorization", "Bearer " + create_key(cache, tree)),) if needs_key(flags) else ()
         if name.startswith("floor:"):
-            p, url = start_floor(floor_root, flags, a.server_cpus)
+            p, url = start_floor(floor_root, flags, a.server_cpus, envs.get(name))
             url += "/bench/warm/resolve/main"
         elif name.startswith("ref:"):
-            p, url = start_ref(floor_dir, ref_processes(flags), a.server_cpus)
+            p, url = start_ref(floor_dir, ref_processes(flags), a.server_cpus, envs.get(name))
         else:
-            p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree)
+            p, url = start_pulsys(hub, cache, flags, a.server_cpus, tree, envs.get(name))
             url += "/bench/warm/resolve/main"
         stack.callback(p.wait, 10)
         stack.callback(p.terminate)
@@ -425,7 +440,7 @@ def main():
             results.append({"client_cpu_us_per_req": round(client, 2),
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
                             "variant": name, "flags": flags, "size": s, "co_runner": co.get(name),
-                            "connections": conns.get(name, a.connections),
+                            "connections": conns.get(name, a.connections), "env": envs.get(name),
                             "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],

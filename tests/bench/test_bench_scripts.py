@@ -488,7 +488,7 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
                         "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
                         "--variant", "one=--no-iouring --listeners=1",
                         "--variant", "two=--no-iouring +co-runner=500:16 --listeners=2",
-                        "--variant", "idle=--no-iouring +co-runner=idle +connections=6"],
+                        "--variant", "idle=--no-iouring +co-runner=idle +connections=6 +env=PULSYS_X=a=b"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((tmp_path / "tiny.json").read_text())
@@ -501,6 +501,7 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
     assert two["co_runner"] == {"period_us": 500, "hot_kib": 16, "cpu": 0} and one["co_runner"] is None
     assert idle["co_runner"] == {"idle": True, "cpu": 0} and idle["flags"] == ["--no-iouring"]
     assert (one["connections"], two["connections"], idle["connections"]) == (4, 4, 6)
+    assert idle["env"] == {"PULSYS_X": "a=b"} and one["env"] is None
     for row in (one, two, idle):
         assert row["median_req_per_s"] > 0
         server, client = row["median_server_cpu_us_per_req"], row["client_cpu_us_per_req"]
@@ -511,7 +512,9 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
 
 @pytest.mark.parametrize("token, says", [("+co-runner=fast", ["+co-runner=PERIOD_US:HOT_KIB", "+co-runner=idle"]),
                                          ("+connections=0", ["+connections=N"]),
-                                         ("+connections=many", ["+connections=N"])])
+                                         ("+connections=many", ["+connections=N"]),
+                                         ("+env=NOVALUE", ["+env=NAME=VALUE"]),
+                                         ("+env=1X=2", ["+env=NAME=VALUE"])])
 def test_warm_bench_refuses_a_malformed_token(tmp_path, token, says):
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
                         "--out-dir", str(tmp_path), "--variant", "x=--no-iouring " + token],
@@ -543,9 +546,12 @@ def test_warm_bench_says_where_it_looked_for_the_reference(tmp_path):
 # A stand-in for ../shared/reference/uring_min_server.py (absent from a clone of this
 # repository alone) with its command line: PORT ROOT mem, DIR/NAME served at /files/NAME,
 # keep-alive. It binds through socket.socket.bind, as the reference does, and names the
-# process that answered in a header.
+# process that answered in a header. It will not start where STAND_IN_GATE is set to
+# anything but "open".
 STAND_IN_REFERENCE = """
-import functools, http.server, os, sys
+import http.server, os, sys
+if os.environ.get("STAND_IN_GATE", "open") != "open":
+    sys.exit("the gate is shut")
 PORT, ROOT = int(sys.argv[1]), sys.argv[2]
 class H(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -600,7 +606,8 @@ def test_ref_processes_refuses_bad_input_without_a_traceback(tmp_path):
 @pytest.mark.slow
 def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
     """A ref: variant runs the reference (here the stand-in, through PULSYS_REFERENCE_DIR)
-    in its own processes on the same files, its CPU counted over all of them."""
+    in its own processes on the same files, its CPU counted over all of them; +env=
+    reaches its environment (the stand-in starts only with its gate open)."""
     refdir = tmp_path / "ref"
     refdir.mkdir()
     (refdir / "uring_min_server.py").write_text(STAND_IN_REFERENCE)
@@ -608,9 +615,10 @@ def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--name", "tiny",
                         "--generator", "loadgen", "--connections", "4", "--duration", "1", "--rounds", "1",
                         "--out-dir", str(out), "--variant", "one=--no-iouring",
-                        "--variant", "ref:p1=", "--variant", "ref:p2=--processes=2 +connections=8"],
+                        "--variant", "ref:p1=+env=STAND_IN_GATE=open",
+                        "--variant", "ref:p2=--processes=2 +connections=8 +env=STAND_IN_GATE=open"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150,
-                       env=dict(os.environ, PULSYS_REFERENCE_DIR=str(refdir)))
+                       env=dict(os.environ, PULSYS_REFERENCE_DIR=str(refdir), STAND_IN_GATE="shut"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = json.loads((out / "tiny.json").read_text())["results"]
     assert [(r["variant"], r["flags"], r["connections"]) for r in rows] == [
