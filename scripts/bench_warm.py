@@ -61,7 +61,7 @@ A FLAGS token +env=NAME=VALUE (taken out of the flags; any number) sets NAME in 
 variant's server environment: a switch of a scratch revision, measured beside main,
 e.g. a probe read from os.environ at NAME@REV:
 
-    python scripts/bench_warm.py --name probe --generator loadgen --connections 64 --together \
+    python scripts/bench_warm.py --name probe --generator loadgen --connections 64 --together 8 \
         --variant l1="--iouring" --variant probe@scratch-w1="--iouring +env=PULSYS_EXP_WORKERS=1"
 
 A FLAGS token +connections=N (taken out of the flags) runs that variant's load with N
@@ -283,10 +283,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=FLAGS (FLAGS space-separated pulsys flags, may be empty)")
-    ap.add_argument("--together", action="store_true",
-                    help="start every variant's server once, before the first round, and keep them all "
-                         "up (idle but for their own load); rounds then take seconds, not a server start "
-                         "each, so many short rounds pair the variants closely in time")
+    ap.add_argument("--together", type=int, default=0, metavar="ROUNDS",
+                    help="start every variant's server at once and keep them all up (idle but for "
+                         "their own load) for ROUNDS rounds, then start them all again: rounds take "
+                         "seconds, not a server start each, so many short rounds pair the variants "
+                         "closely in time, and the restarts mix in what differs from one start to "
+                         "the next (memory placement); 0 (default): each variant's server starts and "
+                         "stops within each round")
     ap.add_argument("--name", default="warm", help="results file name prefix")
     ap.add_argument("--server-cpus", default="0",
                     help="taskset CPU list for pulsys and its worker processes (wrk stays on CPU 1); "
@@ -296,6 +299,8 @@ def main():
                     help="load generator on CPU 1: wrk (default) or the C client of bench_compare "
                          "(scripts/bench_peers/loadgen.c, built with cc)")
     a = ap.parse_args()
+    if a.together < 0:
+        raise SystemExit("bench_warm: error: --together %d: a number of rounds, 0 for off" % a.together)
     if a.duration <= 0 or (a.generator == "wrk" and a.duration != int(a.duration)):
         raise SystemExit("bench_warm: error: --duration %g: seconds above 0, whole seconds with wrk" % a.duration)
     if a.generator == "wrk" and not shutil.which("wrk"):
@@ -359,6 +364,7 @@ def main():
         with open(os.path.join(floor_dir, fname), "wb") as f:
             f.write(body)
     rows = {(n, s): [] for n, _ in variants for s in sizes}
+    starts = {}
 
     def launch(stack, name, flags):
         """Start variant `name`'s server, stopped when `stack` closes. -> (Popen, files URL, headers)."""
@@ -375,6 +381,7 @@ def main():
             url += "/bench/warm/resolve/main"
         stack.callback(p.wait, 10)
         stack.callback(p.terminate)
+        starts[name] = starts.get(name, 0) + 1
         for size in sizes:
             urllib.request.urlopen(urllib.request.Request("%s/f%d.bin" % (url, size), headers=dict(headers))).read()
         return p, url, headers
@@ -400,22 +407,26 @@ def main():
         us = used * 1e6 / total if used is not None else None
         return rps, p50, p99, us, client_s * 1e6 / total, idle * 1e6 / total if others else None
 
+    together = contextlib.ExitStack()     # the servers of --together, up across rounds
     try:
-        with contextlib.ExitStack() as together:
-            live = {}
-            if a.together:      # every server up for the whole run, each loaded in turn
+        live = {}
+        for rnd in range(a.rounds):
+            if a.together and rnd % a.together == 0:
+                # every server (re)started, up for the next --together rounds, each loaded in turn
+                together.close()
+                live = {}
                 for name, flags in variants:
                     live[name] = launch(together, name, flags)
                 for name, _ in variants:      # a first load, not counted: the servers' first-use costs
                     measure(name, live[name], sizes[0], live)
-            for rnd in range(a.rounds):
-                # ABBA order: a load that grows or fades during the run weighs on every variant alike
-                for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
-                    with contextlib.ExitStack() as one:
-                        server = live.get(name) or launch(one, name, flags)
-                        for size in sizes:
-                            rows[(name, size)].append(measure(name, server, size, live))
+            # ABBA order: a load that grows or fades during the run weighs on every variant alike
+            for name, flags in (variants if rnd % 2 == 0 else variants[::-1]):
+                with contextlib.ExitStack() as one:
+                    server = live.get(name) or launch(one, name, flags)
+                    for size in sizes:
+                        rows[(name, size)].append(measure(name, server, size, live))
     finally:
+        together.close()
         hub.stop()
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -441,6 +452,7 @@ def main():
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
                             "variant": name, "flags": flags, "size": s, "co_runner": co.get(name),
                             "connections": conns.get(name, a.connections), "env": envs.get(name),
+                            "server_starts": starts.get(name, 0),
                             "median_req_per_s": round(med),
                             "ratio": round(med / base, 3), "rounds_req_per_s": [round(x) for x in rps],
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],

@@ -524,6 +524,16 @@ def test_warm_bench_refuses_a_malformed_token(tmp_path, token, says):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("args, says", [(["--together", "-1"], "--together -1"),
+                                        (["--duration", "0"], "--duration 0"),
+                                        (["--duration", "0.5", "--generator", "wrk"], "whole seconds")])
+def test_warm_bench_refuses_bad_numbers(tmp_path, args, says):
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
+                        "--out-dir", str(tmp_path)] + args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("flags", ["--foo", "--processes=0", "--processes=two", "--processes=2 --listeners=2"])
 def test_warm_bench_refuses_a_reference_variant_with_other_flags(tmp_path, flags):
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--generator", "loadgen",
@@ -607,14 +617,15 @@ def test_ref_processes_refuses_bad_input_without_a_traceback(tmp_path):
 def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
     """A ref: variant runs the reference (here the stand-in, through PULSYS_REFERENCE_DIR)
     in its own processes on the same files, its CPU counted over all of them; +env=
-    reaches its environment (the stand-in starts only with its gate open)."""
+    reaches its environment (the stand-in starts only with its gate open). --together 2
+    over 3 rounds starts every server twice, and counts the idle ones' CPU meanwhile."""
     refdir = tmp_path / "ref"
     refdir.mkdir()
     (refdir / "uring_min_server.py").write_text(STAND_IN_REFERENCE)
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--name", "tiny",
-                        "--generator", "loadgen", "--connections", "4", "--duration", "1", "--rounds", "1",
-                        "--out-dir", str(out), "--variant", "one=--no-iouring",
+                        "--generator", "loadgen", "--connections", "4", "--duration", "0.5", "--rounds", "3",
+                        "--together", "2", "--out-dir", str(out), "--variant", "one=--no-iouring",
                         "--variant", "ref:p1=+env=STAND_IN_GATE=open",
                         "--variant", "ref:p2=--processes=2 +connections=8 +env=STAND_IN_GATE=open"],
                        cwd=ROOT, capture_output=True, text=True, timeout=150,
@@ -625,6 +636,8 @@ def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
         ("one", ["--no-iouring"], 4), ("ref:p1", [], 4), ("ref:p2", ["--processes=2"], 8)]
     for r in rows:
         assert r["median_req_per_s"] > 0 and r["median_server_cpu_us_per_req"] > 0
+        assert r["server_starts"] == 2 and len(r["rounds_req_per_s"]) == 3
+        assert len(r["idle_servers_cpu_us_per_req"]) == 3 and min(r["idle_servers_cpu_us_per_req"]) >= 0
 
 
 def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path):
