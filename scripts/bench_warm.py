@@ -266,6 +266,24 @@ def cpu_between(before, after):
     return ticks1 - ticks0
 
 
+def cpu_ratios(rows, base_rows, together):
+    """A variant's server CPU a request over the first variant's, round by round (both ran
+    in the same round, moments apart): {median, q1, q3, n}, and with --together the median
+    of each start's rounds (what differs between starts shows there); None when a round
+    lacks either reading."""
+    pairs = [(r[3], b[3]) for r, b in zip(rows, base_rows)]
+    if not pairs or any(x is None or not y for x, y in pairs):
+        return None
+    ratios = [x / y for x, y in pairs]
+    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    out = {"median": round(statistics.median(ratios), 4), "q1": round(q[0], 4), "q3": round(q[2], 4),
+           "n": len(ratios)}
+    if together:
+        out["by_start"] = [round(statistics.median(ratios[i:i + together]), 4)
+                           for i in range(0, len(ratios), together)]
+    return out
+
+
 def cpu_list(text):
     """taskset's CPU list syntax, "0", "0,1", "0-3" -> [ints]."""
     out = []
@@ -448,6 +466,7 @@ def main():
             # request) req/s, whatever the server's parallelism: this variant's ceiling
             # as a multiple of the first variant's measured rate.
             ceiling = cpus / ((cpu_med + client) * 1e-6) / base if cpu else None
+            within = cpu_ratios(rows[(name, s)], rows[(variants[0][0], s)], a.together)
             results.append({"client_cpu_us_per_req": round(client, 2),
                             "ceiling_ratio_on_%d_cpus" % cpus: round(ceiling, 3) if ceiling else None,
                             "variant": name, "flags": flags, "size": s, "co_runner": co.get(name),
@@ -458,6 +477,7 @@ def main():
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],
                             "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None,
+                            "server_cpu_ratio_within_rounds": within,
                             # --together: what the idle servers used meanwhile (their timers)
                             "idle_servers_cpu_us_per_req": [round(r[5], 3) for r in rows[(name, s)]]
                             if a.together else None})
@@ -466,6 +486,10 @@ def main():
                       name, s, med, med / base, [round(x) for x in rps],
                       "%.2f" % cpu_med if cpu else "?", [round(x, 1) for x in cpu], client, cpus,
                       "%.2f" % ceiling if ceiling else "?"))
+            if within:
+                print("%-18s server CPU a request / %s's, within rounds: median x%.3f (quartiles %.3f-%.3f)%s"
+                      % ("", variants[0][0], within["median"], within["q1"], within["q3"],
+                         "; by start %s" % within["by_start"] if within.get("by_start") else ""))
     backend = ("selector" if all("--no-iouring" in f for _, f in variants)
                else "io_uring where the probe passes, unless a variant says --no-iouring")
     doc = provenance(benchmark=a.name, backend=backend, loadavg_before=load_before, load="%s c%d %gs" % (a.generator, a.connections, a.duration),

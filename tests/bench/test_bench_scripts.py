@@ -632,11 +632,14 @@ def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
                        env=dict(os.environ, PULSYS_REFERENCE_DIR=str(refdir), STAND_IN_GATE="shut"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = json.loads((out / "tiny.json").read_text())["results"]
+    assert rows[0]["server_cpu_ratio_within_rounds"]["by_start"] == [1.0, 1.0]
     assert [(r["variant"], r["flags"], r["connections"]) for r in rows] == [
         ("one", ["--no-iouring"], 4), ("ref:p1", [], 4), ("ref:p2", ["--processes=2"], 8)]
     for r in rows:
         assert r["median_req_per_s"] > 0 and r["median_server_cpu_us_per_req"] > 0
         assert r["server_starts"] == 2 and len(r["rounds_req_per_s"]) == 3
+        assert r["server_cpu_ratio_within_rounds"]["n"] == 3
+        assert len(r["server_cpu_ratio_within_rounds"]["by_start"]) == 2
         assert len(r["idle_servers_cpu_us_per_req"]) == 3 and min(r["idle_servers_cpu_us_per_req"]) >= 0
 
 
@@ -674,6 +677,19 @@ def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path)
     assert bench_warm.cpu_between(spun, ended) == ticks2 - ticks1 >= 0   # so the ticks count
     assert bench_warm.cpu_between((None, 0.99), (None, 1.7)) == pytest.approx(0.71)   # no schedstat
     assert bench_warm.cpu_between(None, ended) is None
+
+
+def test_warm_bench_pairs_cpu_a_request_round_by_round():
+    import bench_warm
+
+    def rows(*us):
+        return [(1.0, "", "", u, 1.0, None) for u in us]
+    base = rows(10.0, 10.0, 20.0, 10.0)
+    out = bench_warm.cpu_ratios(rows(11.0, 12.0, 21.0, 11.5), base, 2)
+    assert out["median"] == 1.125 and out["n"] == 4 and out["by_start"] == [1.15, 1.1]
+    assert (out["q1"], out["q3"]) == (1.0875, 1.1625)
+    assert "by_start" not in bench_warm.cpu_ratios(rows(11.0, 12.0, 21.0, 11.5), base, 0)
+    assert bench_warm.cpu_ratios(rows(11.0, None, 21.0, 11.5), base, 0) is None
 
 
 def test_warm_bench_reads_taskset_cpu_lists():
