@@ -33,7 +33,7 @@ from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable, ConfigError
 from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
 from pulsys.log import AccessLogWriter, configure, get_logger
-from pulsys.platform import PlatformFacts, load_sender, probe_soon
+from pulsys.platform import PlatformFacts, heap, load_sender, probe_soon
 from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
 from pulsys.upstream.guard import UpstreamGuard
@@ -195,7 +195,7 @@ class _Base:
                       upstream=c.upstream, cache_dir=c.cache_dir, offline=c.offline,
                       revision_ttl=c.revision_ttl, index=self.load_stats, node_id=self.node_id,
                       shared_store=self.shared.where if self.shared else None, auth=c.auth,
-                      store=self.plane.db_description, **extra)
+                      store=self.plane.db_description, heap=heap.state, **extra)
         threading.Thread(target=self._check_write_ceiling, name="pulsys-write-check", daemon=True).start()
 
     def _check_write_ceiling(self):

@@ -47,6 +47,7 @@ from pulsys.cache.recency import RecencyReporter
 from pulsys.cache.store import Store
 from pulsys.log import AccessLogWriter, configure, get_logger
 from pulsys.platform import load_sender
+from pulsys.platform.heap import steady_heap
 from pulsys.reactor import backend_class, build_reactor, select_backend
 from pulsys.reactor.fdcache import FdCache
 from pulsys.reactor.mailbox import Mailbox
@@ -171,6 +172,7 @@ def _keeps_writes_whole(fd):
 def worker_main(ipc_fd, listener_fd, counters_fd, row):
     """Entry point of a worker process (started by Supervisor). Returns the exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides when workers stop
+    steady_heap()      # inherited from a fork; a worker started by fork+exec sets it here
     link = ipc.Link(socket.socket(fileno=ipc_fd))
     hello = link.recv()
     if type(hello) is not ipc.HelloFrame:

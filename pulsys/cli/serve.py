@@ -59,6 +59,8 @@ def main(argv, environ):
     # structlog imports rich, when it is installed, for pretty tracebacks only: 0.15 s of
     # every start on this VM (rich is no dependency of pulsys; test tools bring it)
     sys.modules.setdefault("rich", None)
+    from pulsys.platform.heap import steady_heap
+    steady_heap()                      # before any fork: the fork server and workers inherit it
     forks = None
     if config.listeners > 1:
         from pulsys.workers import start_fork_server

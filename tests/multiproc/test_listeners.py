@@ -2,6 +2,7 @@
 parent. Real processes on loopback, against the fake Hub (docs/decisions/0006)."""
 
 import concurrent.futures
+import json
 import os
 import signal
 import socket
@@ -256,3 +257,10 @@ def test_workers_do_not_map_what_only_the_upstream_plane_loads(srv):
     assert _mapped(srv.pid, names) >= {"_sqlite3."}
     for w in srv.vars(sync=False)["workers"]:
         assert _mapped(w["pid"], names) == set(), w
+
+
+def test_the_start_log_says_how_the_heap_was_set(srv):
+    """glibc's malloc thresholds are fixed before the fork server starts, so every worker
+    inherits them (pulsys/platform/heap.py); the start log says so."""
+    started = [json.loads(line) for line in srv.log_text().splitlines() if '"pulsys started"' in line]
+    assert [s["heap"] for s in started] == ["trim 64 MiB, mmap 32 MiB"]
