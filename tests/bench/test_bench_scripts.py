@@ -644,14 +644,15 @@ def test_warm_bench_runs_the_reference_in_processes_beside_pulsys(tmp_path):
 
 
 def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path):
-    """A real child spinning in a second thread: its schedstat run time agrees with its
+    """A real child spinning in a second thread for 0.4 s of its own CPU time (not of the
+    clock: a busy machine gives it less): its schedstat run time agrees with its
     clock ticks; cpu_between takes the run time while every thread of the first reading
     lives on, and the ticks (which keep an ended thread's time) once one has ended."""
     import bench_warm
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys, threading, time\n"
                               "stop = threading.Event()\n"
-                              "def spin():\n    t = time.time()\n    while time.time() - t < 0.4: pass\n"
+                              "def spin():\n    while time.thread_time() < 0.4: pass\n"
                               "    print('spun', flush=True); stop.wait()\n"
                               "th = threading.Thread(target=spin); th.start()\n"
                               "sys.stdin.readline(); stop.set(); th.join()\n"
