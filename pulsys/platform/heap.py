@@ -4,9 +4,9 @@ By default glibc adjusts two thresholds as a process runs (mallopt(3), M_MMAP_TH
 "dynamic mmap threshold"): a block larger than the mmap threshold gets a mapping of its
 own, and when the heap's free top exceeds the trim threshold, free() hands it back to
 the kernel (sbrk for the main arena, MADV_DONTNEED for the others). Under load a reactor
-makes its access log's text faster than the writer thread frees it every 0.25 s, ~9 MiB
-of it at 150k requests a second. So the heap grows by brk() and shrinks again after
-each write: in a `--listeners N` worker, whose reactor is the main thread and so
+formats its access log into text that the writer thread frees every 0.25 s, ~9 MiB of
+it at 150k requests a second. So the heap grows by brk() and shrinks again after each
+write: in a `--listeners N` worker, whose reactor is the main thread and so
 allocates from the main arena, `perf trace -s` counted ~200 brk calls a second, and each
 regrowth faults its pages in again. Its server CPU a request was 1.016x that of the
 same reactor in one process, and 0.987x with the thresholds below (docs/benchmarks.md,
@@ -17,7 +17,7 @@ of freed memory at an arena's top mapped, what a burst may leave behind; MMAP (3
 the largest M_MMAP_THRESHOLD the 64-bit glibc takes: HEAP_MAX_SIZE / 2) keeps body-sized
 buffers in the arenas, as the dynamic threshold would after the first such free. An
 operator's own choice in the environment (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_,
-or glibc.malloc tunables in GLIBC_TUNABLES) is left as it is. Where the C library is not
+MALLOC_TOP_PAD_, or glibc.malloc tunables in GLIBC_TUNABLES) is left as it is. Where the C library is not
 glibc (musl, Darwin) nothing is set.
 """
 
@@ -47,7 +47,6 @@ def steady_heap(environ=None):
     mmap 32 MiB", "left to the environment", "not glibc" or "mallopt refused"."""
     global state
     environ = os.environ if environ is None else environ
-    libc = None
     if any(environ.get(k) for k in _OPERATOR) or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
         state = "left to the environment"
     elif (libc := _glibc()) is None:
