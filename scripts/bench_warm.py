@@ -109,10 +109,14 @@ def needs_key(flags):
     return "--auth=required" in flags or " ".join(flags).find("--auth required") >= 0
 
 
-def tree_env(tree, extra=None):
-    """Environment for `python -m pulsys` run from `tree` (ROOT or a worktree), plus a
-    variant's +env=NAME=VALUE settings."""
-    return dict(os.environ, PYTHONPATH=tree, **(extra or {}))
+def server_env(extra=None, tree=None):
+    """A server's environment: this one, with PYTHONPATH=`tree` for `python -m pulsys` run
+    from a tree (ROOT or a worktree), then a variant's +env=NAME=VALUE settings over it."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+    env.update(extra or {})
+    return env
 
 
 def worktree(rev, parent):
@@ -127,7 +131,7 @@ def worktree(rev, parent):
 def create_key(cache, tree=ROOT):
     """A read key in the store of `cache` (before the server starts: no first-start key)."""
     out = subprocess.run([sys.executable, "-m", "pulsys", "keys", "create", "--cache-dir", cache,
-                          "--name", "bench"], cwd=tree, env=tree_env(tree), capture_output=True,
+                          "--name", "bench"], cwd=tree, env=server_env(tree=tree), capture_output=True,
                          text=True, timeout=60)
     if out.returncode != 0:
         raise SystemExit("bench_warm: pulsys keys create failed: " + out.stderr.strip())
@@ -140,7 +144,7 @@ def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT, env=None):
                     "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                     "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc,
                     "--log-format", "json", "--auth", "off"] + flags
-    p = subprocess.Popen(cmd, cwd=tree, env=tree_env(tree, env), stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(cmd, cwd=tree, env=server_env(env, tree), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -156,7 +160,7 @@ def start_floor(root, flags, cpus="0", env=None):
     """uring_floor.py serving the files under `root`, pinned like pulsys. -> (Popen, base URL)."""
     port = bench_compare.free_port()
     p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "uring_floor.py"),
-                         "--port", str(port), "--root", root] + flags, env=dict(os.environ, **(env or {})),
+                         "--port", str(port), "--root", root] + flags, env=server_env(env),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if bench_compare.wait_port(port, p):
         return p, "http://127.0.0.1:%d" % port
@@ -171,7 +175,7 @@ def start_ref(files_dir, processes, cpus="0", env=None):
     port = bench_compare.free_port()
     p = subprocess.Popen(bench_compare.pin(cpus) + [sys.executable, os.path.join(HERE, "bench_peers", "ref_processes.py"),
                          "--processes", str(processes), "--script", REF_SCRIPT, "--", str(port), files_dir, "mem"],
-                         env=dict(os.environ, **(env or {})), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         env=server_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if bench_compare.wait_port(port, p):
         return p, "http://127.0.0.1:%d/files" % port
     p.kill()

@@ -17,8 +17,8 @@ of freed memory at an arena's top mapped, what a burst may leave behind; MMAP (3
 the largest M_MMAP_THRESHOLD the 64-bit glibc takes: HEAP_MAX_SIZE / 2) keeps body-sized
 buffers in the arenas, as the dynamic threshold would after the first such free. An
 operator's own choice in the environment (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_,
-MALLOC_TOP_PAD_, or glibc.malloc tunables in GLIBC_TUNABLES) is left as it is. Where the C library is not
-glibc (musl, Darwin) nothing is set.
+MALLOC_TOP_PAD_, or glibc.malloc tunables in GLIBC_TUNABLES) is left as it is. Where the
+C library is not glibc (musl, Darwin) nothing is set.
 """
 
 import ctypes

@@ -693,6 +693,15 @@ def test_warm_bench_pairs_cpu_a_request_round_by_round():
     assert bench_warm.cpu_ratios(rows(11.0, None, 21.0, 11.5), base, 0) is None
 
 
+def test_warm_bench_server_env_puts_a_variants_settings_last(monkeypatch):
+    import bench_warm
+    monkeypatch.setenv("PULSYS_TEST_KEEP", "1")
+    env = bench_warm.server_env({"PYTHONPATH": "mine", "X_PROBE": "on"}, tree="/the/tree")
+    assert env["PYTHONPATH"] == "mine" and env["X_PROBE"] == "on" and env["PULSYS_TEST_KEEP"] == "1"
+    assert bench_warm.server_env(tree="/the/tree")["PYTHONPATH"] == "/the/tree"
+    assert bench_warm.server_env().get("PYTHONPATH") == os.environ.get("PYTHONPATH")   # no tree: as it is
+
+
 def test_warm_bench_reads_taskset_cpu_lists():
     import bench_warm
     assert bench_warm.cpu_list("0") == [0]
