@@ -32,7 +32,7 @@ from pulsys.cache.store import Store
 from pulsys.db.database import DatabaseError
 from pulsys.errors import BackendUnavailable, ConfigError
 from pulsys.ipc import DropFdsFrame, FillRelays, KeysFrame, WorkerLinks
-from pulsys.log import AccessLogWriter, configure, get_logger
+from pulsys.log import AccessLogWriter, configure, get_logger, stderr_stream
 from pulsys.platform import PlatformFacts, heap, load_sender, probe_soon
 from pulsys.reactor import build_reactor, select_backend
 from pulsys.reactor.listener import create_listeners
@@ -232,7 +232,7 @@ class Server(_Base):
         self.reactors = [build_reactor(self.backend, lst, self.view(), self.pool.submit, self.sender,
                                        config, self.plane.data_gate) for lst in self.listeners]
         self.access_buffers = [r.access_log for r in self.reactors if r.access_log is not None]
-        self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format)
+        self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format, stderr_stream())
                               if self.access_buffers else None)
         self.threads = []
         for r in self.reactors:

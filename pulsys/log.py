@@ -9,6 +9,9 @@ import collections
 import json
 import logging
 import operator
+import os
+import select
+import stat
 import sys
 import threading
 import time
@@ -43,11 +46,13 @@ def get_logger(component):
 class AccessLog:
     """Per-reactor buffer of access-log records: (t0, (method, target, status, bytes,
     outcome), seconds) tuples, t0 on the monotonic clock, one per request of the general
-    step; and the text of loop turns' fused hits, formatted at once (add_turns).
+    step; and the texts of loop turns' fused hits, made at once (add_turns: a list of
+    bytes a fold of turns).
 
     The reactor appends and, at the end of a loop turn that left at least BATCH lines,
     formats them itself (format_ready: ~1.1-1.4 us a record, cache-warm and without a GIL
-    hand-off) into one text chunk; the writer thread only writes chunks, so a slow log
+    hand-off) into one chunk, a list of bytes (AccessLogWriter.lines); the writer thread
+    only writes chunks (LineStream.write_parts), so a slow log
     reader never blocks the reactor, and formats what is left of a quiet reactor's
     records once per interval. Measured against the writer thread formatting every
     record (4 KiB hits, 64 connections, one CPU): docs/benchmarks.md, issue 18. If the
@@ -104,11 +109,12 @@ _JSON_FIXED = '{"method":"%s","path":%s,"status":%d,"bytes":%d,"cache":"%s","dur
 _JSON_LINE = '%s%s,"component":"access","event":"request","level":"info","timestamp":"%s.%06dZ"}\n'
 _CONSOLE_FIXED = ("bytes=%d cache=%s component=access duration_ms=", " method=%s path=%s status=%d\n")
 _CONSOLE_LINE = "%s.%06dZ [info     ] request                        %s%s%s"
-# a turn's lines (AccessLogWriter._turn_adder) are these lines, put together by hand:
-# JSON: fixed part, duration, _JSON_STAMP, second, ".", microseconds, _JSON_END
-_JSON_STAMP, _JSON_END = _JSON_LINE[4:].split("%s.%06d")
-_CONSOLE_EVENT = _CONSOLE_LINE[7:-6]    # console: second, ".", microseconds, this, fixed part
-_D3 = tuple("%03d" % i for i in range(1000))   # microseconds as two halves of three digits
+# a turn's lines (AccessLogWriter._turn_adder) are these lines, put together by hand, in
+# bytes: JSON: fixed part, duration, _JSON_STAMP, second, ".", microseconds, _JSON_END
+_ENCODING = ("utf-8", "backslashreplace")     # what a log stream writes, text or bytes
+_JSON_STAMP, _JSON_END = (x.encode() for x in _JSON_LINE[4:].split("%s.%06d"))
+_CONSOLE_EVENT = _CONSOLE_LINE[7:-6].encode()  # console: second, ".", microseconds, this, fixed part
+_D3 = tuple(b"%03d" % i for i in range(1000))   # microseconds as two halves of three digits
 _FIXED_MEMO = 4096
 # Durations as text by whole microseconds below 2 ms (warm hits take a few hundred): an
 # index into strings made once at import costs less than float formatting (~0.2 us of a
@@ -116,8 +122,85 @@ _FIXED_MEMO = 4096
 # flat under load (tests/floors: a memo that filled as durations came grew it by ~150 KB
 # per 10,000 hits on a busy machine). 2,000 strings, ~110 KB, shared by forked workers.
 _DURS = tuple("%d.%03d" % divmod(us, 1000) for us in range(2000))
+_DURS_B = tuple(d.encode() for d in _DURS)     # (a turn's lines are bytes)
 _NDURS = len(_DURS)
 _LOGPART = operator.attrgetter("logpart")
+
+
+class LineStream:
+    """An access-log stream onto a file descriptor (stderr, which a server's processes
+    share: one open file, whose lines must never interleave), for text or for the
+    chunks the reactors make (write_parts: a list of bytes, whole lines in all).
+
+    Where fd is a regular file or /dev/null a chunk goes in one writev(2): on a regular
+    file the offset update and the write are one atomic step between processes sharing
+    the open file (write(2), NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND
+    likewise). Anywhere else (a pipe, a socket such as journald's, a terminal) the
+    chunk is cut after the last whole line that fits in PIPE_BUF bytes, the largest write a
+    pipe keeps whole (pipe(7)); a line longer than that goes in PIPE_BUF pieces. Two
+    workers on one CPU, 4 KiB hits, 64 connections, stderr /dev/null: that CPU's system
+    calls a request 0.110 -> 0.057 against cutting everywhere, the server's CPU a request
+    within noise (docs/benchmarks.md, issue 18, thirteenth day)."""
+
+    IOV_MAX = 1024        # buffers a writev(2) takes at most (sysconf(_SC_IOV_MAX) on Linux)
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.limit = None if keeps_writes_whole(fd) else select.PIPE_BUF
+
+    def write(self, text):
+        self.write_bytes(text.encode(*_ENCODING))
+
+    def write_parts(self, parts):
+        if self.limit is not None:
+            self.write_bytes(b"".join(parts))
+            return
+        fd, step = self.fd, self.IOV_MAX
+        for i in range(0, len(parts), step):
+            group = parts[i:i + step]
+            n = os.writev(fd, group)
+            total = sum(map(len, group))
+            if n < total:        # (a regular file written in part: a full disk, a signal)
+                self.write_bytes(b"".join(group)[n:])
+
+    def write_bytes(self, data):
+        view, fd, limit = memoryview(data), self.fd, self.limit
+        start, n = 0, len(data)
+        while start < n:
+            cut = n
+            if limit is not None and n - start > limit:
+                nl = data.rfind(b"\n", start, start + limit)
+                cut = nl + 1 if nl >= 0 else start + limit
+            while start < cut:
+                start += os.write(fd, view[start:cut])
+
+    def flush(self):
+        pass
+
+
+def keeps_writes_whole(fd):
+    """True if a write(2) of any size to fd stays whole among other processes' writes:
+    fd is a regular file or /dev/null (LineStream)."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            return True
+        return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev
+    except OSError:
+        return False
+
+
+def stderr_stream():
+    """The access log's stream in a process that writes its own: fd 2 as a LineStream
+    while sys.stderr is the process's own stderr (its lines and structlog's are whole
+    lines on one open file: sys.stderr is line-buffered), else sys.stderr as it was
+    replaced (a test's capture), written as text."""
+    try:
+        if sys.stderr is sys.__stderr__ and sys.stderr.fileno() == 2:
+            return LineStream(2)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return sys.stderr
 
 
 class AccessLogWriter(threading.Thread):
@@ -125,7 +208,9 @@ class AccessLogWriter(threading.Thread):
     chunks the reactors formatted, then what is left of their records.
 
     Access events bypass structlog's processor chain: one %-format per record (C code)
-    and one write per chunk, in the same keys and order the structlog renderers use.
+    and one write per chunk, in the same keys and order the structlog renderers use. A
+    stream with write_parts (LineStream) takes the chunks' bytes as they are; any other
+    (a test's io.StringIO, a replaced sys.stderr) gets them decoded, as text.
     Measured in results/<machine>/access_log.json: the per-event structlog path halved
     4 KiB warm throughput on a 2-CPU machine; this path is the one benchmarked."""
 
@@ -153,12 +238,16 @@ class AccessLogWriter(threading.Thread):
 
     def flush(self):
         with self._flush_lock:
-            write = self.stream.write
+            stream = self.stream
+            put = getattr(stream, "write_parts", None)
+            if put is None:        # a text stream (sys.stderr replaced, io.StringIO)
+                def put(parts, write=stream.write):
+                    write(b"".join(parts).decode(*_ENCODING))
             for b in self.buffers:
                 b.format_ready()
                 chunks = b.chunks
                 while chunks:
-                    write(chunks.popleft())
+                    put(chunks.popleft())
             try:
                 self.stream.flush()
             except (OSError, ValueError):
@@ -183,16 +272,22 @@ class AccessLogWriter(threading.Thread):
         return pair[1]
 
     def lines(self, buf):
-        """The text of every record in `buf` (taken out of it), in order. Called with the
-        buffer's lock held, by its reactor or by this thread."""
+        """The lines of every record in `buf` (taken out of it), in order, as a list of
+        bytes: the texts of folds of turns as they were made (no copy), and each run of
+        records between them formatted and encoded at once. Called with the buffer's
+        lock held, by its reactor or by this thread."""
         offset = time.time() - time.monotonic()
-        memo, fixed, js, out, durs = self._memo, self._fixed, self.json, [], _DURS
+        memo, fixed, js, durs = self._memo, self._fixed, self.json, _DURS
+        parts, out = [], []          # the chunk; the text lines of the current run of records
         sec, sec_text = self._secpair
         pop = buf.popleft
         for _ in range(len(buf)):
             rec = pop()
-            if rec.__class__ is str:      # a turn's fused hits, formatted (turn)
-                out.append(rec)
+            if rec.__class__ is list:     # a fold's turns of fused hits, in bytes (add_turns)
+                if out:
+                    parts.append("".join(out).encode(*_ENCODING))
+                    out = []
+                parts += rec
                 continue
             key = rec[1]
             part = memo.get(key)
@@ -208,28 +303,37 @@ class AccessLogWriter(threading.Thread):
                 out.append(_JSON_LINE % (part, dur, sec_text, int((wall - s) * 1e6)))
             else:
                 out.append(_CONSOLE_LINE % (sec_text, int((wall - s) * 1e6), part[0], dur, part[1]))
-        return "".join(out)
+        if out:
+            parts.append("".join(out).encode(*_ENCODING))
+        return parts
 
     def _turn_adder(self, log):
         """-> log.add_turns (AccessLog) for this writer: the lines of loop turns' fused
-        hits as one text. A turn's hits share its timestamp and duration, so only each
-        answer's fixed part differs (kept on the Answer, set here for each of `distinct`
-        that has none yet), and the JSON lines of a turn end in one shared tail: a turn's
-        text is one str.join over a slice of the parts (~0.05 us a line against ~1.1 for
-        a line of its own). One closure, its state in cells, the timestamp's text made by
-        concatenation from strings made once a second and at import (a %-format of the
-        tail alone was ~3,700 of the ~13,500 instructions a turn's text took as a method:
-        valgrind, docs/benchmarks.md, issue 18). Called by the reactor, for its own Answers."""
+        hits, in bytes, one text a turn. A turn's hits share its timestamp and duration,
+        so only each answer's fixed part differs (kept on the Answer, encoded, set here
+        for each of `distinct` that has none yet), and the JSON lines of a turn end in
+        one shared tail: a turn's text is one bytes.join over a slice of the parts
+        (~0.05 us a line against ~1.1 for a line of its own). One closure, its state in
+        cells, the timestamp's text made by concatenation from bytes made once a second
+        and at import (a %-format of the tail alone was ~3,700 of the ~13,500
+        instructions a turn's text took as a method: valgrind, docs/benchmarks.md, issue
+        18). The texts go into the buffer as one list a fold, and from there to the
+        stream as they are: the bytes of a line are written once, where a fold's join,
+        the chunk's join and the stream's encode wrote them three more times and cost
+        `--listeners 2` ~1.6% of its CPU (docs/benchmarks.md, issue 18, fifteenth day).
+        Called by the reactor, for its own Answers."""
         append, memo, fixed, js, second = log.buf.append, self._memo, self._fixed, self.json, self._second
-        durs, ndurs, d3, getpart = _DURS, _NDURS, _D3, _LOGPART
+        durs, ndurs, d3, getpart = _DURS_B, _NDURS, _D3, _LOGPART
         until = off = 0.0      # when to read the wall clock's offset from the monotonic one again
-        sec, prefix = None, ""   # the second of the last turn, and its text with what precedes it
+        sec, prefix = None, b""  # the second of the last turn, and its text with what precedes it
 
         def add_turns(answers, marks, distinct):
             nonlocal until, off, sec, prefix
             for a in distinct:
                 if a.logpart is None:
-                    a.logpart = memo.get(a.log) or fixed(a.log)
+                    part = memo.get(a.log) or fixed(a.log)
+                    a.logpart = (part.encode(*_ENCODING) if js
+                                 else (part[0].encode(*_ENCODING), part[1].encode(*_ENCODING)))
             parts = list(map(getpart, answers))
             out = []
             start = 0
@@ -241,19 +345,19 @@ class AccessLogWriter(threading.Thread):
                 s = int(wall)
                 if s != sec:
                     sec = s
-                    prefix = _JSON_STAMP + second(s) + "." if js else second(s) + "."
+                    prefix = (_JSON_STAMP if js else b"") + second(s).encode() + b"."
                 u = int((wall - s) * 1e6)
                 us = int(took * 1e6 + 0.5)
-                dur = durs[us] if us < ndurs else "%d.%03d" % divmod(us, 1000)
+                dur = durs[us] if us < ndurs else b"%d.%03d" % divmod(us, 1000)
                 if js:
                     tail = dur + prefix + d3[u // 1000] + d3[u % 1000] + _JSON_END
                     out.append(tail.join(parts[start:end]))
                     out.append(tail)
                 else:
                     head = prefix + d3[u // 1000] + d3[u % 1000] + _CONSOLE_EVENT
-                    out.append("".join([head + p[0] + dur + p[1] for p in parts[start:end]]))
+                    out.append(b"".join([head + p[0] + dur + p[1] for p in parts[start:end]]))
                 start = end
-            append("".join(out))
+            append(out)
             log.held += len(answers) - 1
         return add_turns
 

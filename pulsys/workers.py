@@ -27,10 +27,8 @@ import array
 import collections
 import mmap
 import os
-import select
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -45,7 +43,7 @@ from pulsys.cache.index_view import IndexView
 from pulsys.cache.indexdb import IndexDB
 from pulsys.cache.recency import RecencyReporter
 from pulsys.cache.store import Store
-from pulsys.log import AccessLogWriter, configure, get_logger
+from pulsys.log import AccessLogWriter, LineStream, configure, get_logger
 from pulsys.platform import load_sender
 from pulsys.platform.heap import steady_heap
 from pulsys.reactor import backend_class, build_reactor, select_backend
@@ -123,52 +121,6 @@ class CounterPublisher(threading.Thread):
 # -- worker process -----------------------------------------------------------------
 
 
-class _LineStream:
-    """Access-log stream for a worker. Every worker writes to the stderr it inherited,
-    one open file shared with the others, and their lines must never interleave.
-
-    Where stderr is a regular file or /dev/null a chunk goes in one write(2): on a
-    regular file the offset update and the write are one atomic step between processes
-    sharing the open file (write(2), NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND
-    likewise). Anywhere else (a pipe, a socket such as journald's, a terminal) the
-    chunk is cut after the last whole line that fits in PIPE_BUF bytes, the largest write a
-    pipe keeps whole (pipe(7)); a line longer than that goes in PIPE_BUF pieces. Two
-    workers on one CPU, 4 KiB hits, 64 connections, stderr /dev/null: that CPU's system
-    calls a request 0.110 -> 0.057 against cutting everywhere, the server's CPU a request
-    within noise (docs/benchmarks.md, issue 18, thirteenth day)."""
-
-    def __init__(self, fd):
-        self.fd = fd
-        self.limit = None if _keeps_writes_whole(fd) else select.PIPE_BUF
-
-    def write(self, text):
-        data = text.encode("utf-8", "backslashreplace")
-        view, fd, limit = memoryview(data), self.fd, self.limit
-        start, n = 0, len(data)
-        while start < n:
-            cut = n
-            if limit is not None and n - start > limit:
-                nl = data.rfind(b"\n", start, start + limit)
-                cut = nl + 1 if nl >= 0 else start + limit
-            while start < cut:
-                start += os.write(fd, view[start:cut])
-
-    def flush(self):
-        pass
-
-
-def _keeps_writes_whole(fd):
-    """True if a write(2) of any size to fd stays whole among other processes' writes:
-    fd is a regular file or /dev/null (_LineStream)."""
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode):
-            return True
-        return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev
-    except OSError:
-        return False
-
-
 def worker_main(ipc_fd, listener_fd, counters_fd, row):
     """Entry point of a worker process (started by Supervisor). Returns the exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides when workers stop
@@ -215,7 +167,7 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     recency.start()
     writer = None
     if reactor.access_log is not None:
-        writer = AccessLogWriter([reactor.access_log], config.log_format, stream=_LineStream(2))
+        writer = AccessLogWriter([reactor.access_log], config.log_format, stream=LineStream(2))
         writer.start()
     client.send(ipc.ReadyFrame(os.getpid(), backend, sender_name, db.count()[0]))
     code = 0

@@ -1,6 +1,7 @@
-"""The access-log stream of a worker process (workers._LineStream): lines from several
-processes writing to one shared stderr never interleave, whether it is a pipe (writes
-cut to PIPE_BUF at line ends) or a regular file (one write a chunk)."""
+"""The access-log stream onto a shared stderr (log.LineStream): lines from several
+processes writing to it never interleave, whether it is a pipe (writes cut to PIPE_BUF
+at line ends) or a regular file (one write a chunk), and whether a chunk comes as text
+or as the reactors' list of bytes (write_parts: one writev(2) a chunk)."""
 
 import os
 import select
@@ -9,25 +10,29 @@ import subprocess
 import sys
 import tempfile
 
-from pulsys.workers import _LineStream
+from pulsys.log import LineStream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHUNKS, LINES = 24, 900        # each writer: 24 chunks of 900 lines (~90 KB a chunk)
 
-# A writer process: CHUNKS chunks of LINES numbered lines through _LineStream(fd). A line
+# A writer process: CHUNKS chunks of LINES numbered lines through LineStream(fd). A line
 # carries its writer's letter and is padded to a length that varies, so a piece of another
 # line inside it shows as a line that does not match the pattern.
 WRITER = """
 import sys
-from pulsys.workers import _LineStream
+from pulsys.log import LineStream
 import os
 fd, go, who = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-s = _LineStream(fd)
-if sys.argv[4:] == ["whole"]:
+s = LineStream(fd)
+if "whole" in sys.argv[4:]:
     s.limit = None
 os.read(go, 1)          # both writers start together
 for c in range(%d):
-    s.write("".join("%%s %%d %%d %%s\\n" %% (who, c, i, who * (40 + (i * 7) %% 90)) for i in range(%d)))
+    lines = ["%%s %%d %%d %%s\\n" %% (who, c, i, who * (40 + (i * 7) %% 90)) for i in range(%d)]
+    if "parts" in sys.argv[4:]:
+        s.write_parts([l.encode() for l in lines])
+    else:
+        s.write("".join(lines))
 """ % (CHUNKS, LINES)
 
 
@@ -81,10 +86,10 @@ def test_where_writes_stay_whole_a_chunk_is_one_write_elsewhere_cut_at_pipe_buf(
     null = os.open(os.devnull, os.O_WRONLY)
     with tempfile.TemporaryFile() as f:
         try:
-            assert _LineStream(w).limit == select.PIPE_BUF
-            assert _LineStream(a.fileno()).limit == select.PIPE_BUF
-            assert _LineStream(f.fileno()).limit is None
-            assert _LineStream(null).limit is None
+            assert LineStream(w).limit == select.PIPE_BUF
+            assert LineStream(a.fileno()).limit == select.PIPE_BUF
+            assert LineStream(f.fileno()).limit is None
+            assert LineStream(null).limit is None
         finally:
             for fd in (r, w, null):
                 os.close(fd)
@@ -102,7 +107,7 @@ def test_each_write_is_whole_lines_of_at_most_pipe_buf_bytes():
     try:
         lines = ["%d %s\n" % (i, "y" * (i * 37 % 300)) for i in range(400)]
         text = "".join(lines)
-        _LineStream(a.fileno()).write(text)
+        LineStream(a.fileno()).write(text)
         a.close()
         msgs = []
         while True:
@@ -132,6 +137,27 @@ def test_two_processes_into_one_regular_file_never_interleave_a_line():
         check_lines(f.read().decode(), "AB")
 
 
+def test_chunks_of_parts_from_two_processes_never_interleave_a_line_in_a_file_or_a_pipe():
+    with tempfile.TemporaryFile() as f:
+        procs = spawn_writers(f.fileno(), "parts")
+        for p in procs:
+            assert p.wait(60) == 0
+        f.seek(0)
+        check_lines(f.read().decode(), "AB")
+    check_lines(read_pipe_from(lambda w: spawn_writers(w, "parts")), "AB")
+
+
+def test_a_chunk_of_more_parts_than_one_writev_takes_arrives_whole_and_in_order():
+    parts = [b"%d %s\n" % (i, b"z" * (i % 50)) for i in range(2 * LineStream.IOV_MAX + 5)]
+    with tempfile.TemporaryFile() as f:
+        s = LineStream(f.fileno())
+        assert s.limit is None
+        s.write_parts(parts)
+        s.write_parts([])
+        f.seek(0)
+        assert f.read() == b"".join(parts)
+
+
 def test_a_line_longer_than_pipe_buf_arrives_whole_from_one_writer():
     r, w = os.pipe()
     line = "x" * (3 * select.PIPE_BUF + 17) + "\n"
@@ -140,7 +166,7 @@ def test_a_line_longer_than_pipe_buf_arrives_whole_from_one_writer():
     if pid == 0:
         try:
             os.close(r)
-            _LineStream(w).write(text)
+            LineStream(w).write(text)
         finally:
             os._exit(0)
     os.close(w)
