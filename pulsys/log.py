@@ -318,10 +318,11 @@ class AccessLogWriter(threading.Thread):
         and at import (a %-format of the tail alone was ~3,700 of the ~13,500
         instructions a turn's text took as a method: valgrind, docs/benchmarks.md, issue
         18). The texts go into the buffer as one list a fold, and from there to the
-        stream as they are: the bytes of a line are written once, where a fold's join,
-        the chunk's join and the stream's encode wrote them three more times and cost
-        `--listeners 2` ~1.6% of its CPU (docs/benchmarks.md, issue 18, fifteenth day).
-        Called by the reactor, for its own Answers."""
+        stream as they are: a line's bytes are made once, where a fold's join, the
+        chunk's join and the stream's encode copied them three more times. The server's
+        CPU a 4 KiB hit stayed within noise of that (accesslog_bytes_c64.json,
+        docs/benchmarks.md, issue 18, fifteenth day). Called by the reactor, for its
+        own Answers."""
         append, memo, fixed, js, second = log.buf.append, self._memo, self._fixed, self.json, self._second
         durs, ndurs, d3, getpart = _DURS_B, _NDURS, _D3, _LOGPART
         until = off = 0.0      # when to read the wall clock's offset from the monotonic one again
