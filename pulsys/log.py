@@ -52,9 +52,8 @@ class AccessLog:
     The reactor appends and, at the end of a loop turn that left at least BATCH lines,
     formats them itself (format_ready: ~1.1-1.4 us a record, cache-warm and without a GIL
     hand-off) into one chunk, a list of bytes (AccessLogWriter.lines); the writer thread
-    only writes chunks (LineStream.write_parts), so a slow log
-    reader never blocks the reactor, and formats what is left of a quiet reactor's
-    records once per interval. Measured against the writer thread formatting every
+    only writes chunks (LineStream.write_parts), so a slow log reader never blocks the
+    reactor, and formats what is left of a quiet reactor's records once per interval. Measured against the writer thread formatting every
     record (4 KiB hits, 64 connections, one CPU): docs/benchmarks.md, issue 18. If the
     writer falls behind, the oldest records (more than `maxlen`) or chunks are dropped,
     never the reactor slowed."""
@@ -132,10 +131,10 @@ class LineStream:
     share: one open file, whose lines must never interleave), for text or for the
     chunks the reactors make (write_parts: a list of bytes, whole lines in all).
 
-    Where fd is a regular file or /dev/null a chunk goes in one writev(2): on a regular
-    file the offset update and the write are one atomic step between processes sharing
-    the open file (write(2), NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND
-    likewise). Anywhere else (a pipe, a socket such as journald's, a terminal) the
+    Where fd is a regular file or /dev/null a chunk goes in one writev(2) (one for each
+    IOV_MAX of its parts, each part whole lines): on a regular file the offset update
+    and the write are one atomic step between processes sharing the open file (write(2),
+    NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND likewise). Anywhere else (a pipe, a socket such as journald's, a terminal) the
     chunk is cut after the last whole line that fits in PIPE_BUF bytes, the largest write a
     pipe keeps whole (pipe(7)); a line longer than that goes in PIPE_BUF pieces. Two
     workers on one CPU, 4 KiB hits, 64 connections, stderr /dev/null: that CPU's system
