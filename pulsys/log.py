@@ -53,10 +53,10 @@ class AccessLog:
     formats them itself (format_ready: ~1.1-1.4 us a record, cache-warm and without a GIL
     hand-off) into one chunk, a list of bytes (AccessLogWriter.lines); the writer thread
     only writes chunks (LineStream.write_parts), so a slow log reader never blocks the
-    reactor, and formats what is left of a quiet reactor's records once per interval. Measured against the writer thread formatting every
-    record (4 KiB hits, 64 connections, one CPU): docs/benchmarks.md, issue 18. If the
-    writer falls behind, the oldest records (more than `maxlen`) or chunks are dropped,
-    never the reactor slowed."""
+    reactor, and formats what is left of a quiet reactor's records once per interval.
+    Measured against the writer thread formatting every record (4 KiB hits, 64
+    connections, one CPU): docs/benchmarks.md, issue 18. If the writer falls behind, the
+    oldest records (more than `maxlen`) or chunks are dropped, never the reactor slowed."""
 
     __slots__ = ("buf", "append", "chunks", "lock", "lines", "add_turns", "held")
     BATCH = 256
@@ -112,16 +112,18 @@ _CONSOLE_LINE = "%s.%06dZ [info     ] request                        %s%s%s"
 # bytes: JSON: fixed part, duration, _JSON_STAMP, second, ".", microseconds, _JSON_END
 _ENCODING = ("utf-8", "backslashreplace")     # what a log stream writes, text or bytes
 _JSON_STAMP, _JSON_END = (x.encode() for x in _JSON_LINE[4:].split("%s.%06d"))
-_CONSOLE_EVENT = _CONSOLE_LINE[7:-6].encode()  # console: second, ".", microseconds, this, fixed part
+# console: second, ".", microseconds, _CONSOLE_EVENT, fixed part
+_CONSOLE_EVENT = _CONSOLE_LINE[7:-6].encode()
 _D3 = tuple(b"%03d" % i for i in range(1000))   # microseconds as two halves of three digits
 _FIXED_MEMO = 4096
 # Durations as text by whole microseconds below 2 ms (warm hits take a few hundred): an
 # index into strings made once at import costs less than float formatting (~0.2 us of a
 # ~0.7 us line), and the writer allocates none of them while it runs, so its memory stays
 # flat under load (tests/floors: a memo that filled as durations came grew it by ~150 KB
-# per 10,000 hits on a busy machine). 2,000 strings, ~110 KB, shared by forked workers.
+# per 10,000 hits on a busy machine). 2,000 strings, ~110 KB, shared by forked workers;
+# and the same again in bytes for the turns' lines, which are bytes.
 _DURS = tuple("%d.%03d" % divmod(us, 1000) for us in range(2000))
-_DURS_B = tuple(d.encode() for d in _DURS)     # (a turn's lines are bytes)
+_DURS_B = tuple(d.encode() for d in _DURS)
 _NDURS = len(_DURS)
 _LOGPART = operator.attrgetter("logpart")
 
@@ -134,12 +136,13 @@ class LineStream:
     Where fd is a regular file or /dev/null a chunk goes in one writev(2) (one for each
     IOV_MAX of its parts, each part whole lines): on a regular file the offset update
     and the write are one atomic step between processes sharing the open file (write(2),
-    NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND likewise). Anywhere else (a pipe, a socket such as journald's, a terminal) the
-    chunk is cut after the last whole line that fits in PIPE_BUF bytes, the largest write a
-    pipe keeps whole (pipe(7)); a line longer than that goes in PIPE_BUF pieces. Two
-    workers on one CPU, 4 KiB hits, 64 connections, stderr /dev/null: that CPU's system
-    calls a request 0.110 -> 0.057 against cutting everywhere, the server's CPU a request
-    within noise (docs/benchmarks.md, issue 18, thirteenth day)."""
+    NOTES: POSIX.1-2008 2.9.7, Linux >= 3.14; O_APPEND likewise). Anywhere else (a pipe,
+    a socket such as journald's, a terminal) the chunk is cut after the last whole line
+    that fits in PIPE_BUF bytes, the largest write a pipe keeps whole (pipe(7)); a line
+    longer than that goes in PIPE_BUF pieces. Two workers on one CPU, 4 KiB hits, 64
+    connections, stderr /dev/null: that CPU's system calls a request 0.110 -> 0.057
+    against cutting everywhere, the server's CPU a request within noise
+    (docs/benchmarks.md, issue 18, thirteenth day)."""
 
     IOV_MAX = 1024        # buffers a writev(2) takes at most (sysconf(_SC_IOV_MAX) on Linux)
 
