@@ -216,8 +216,6 @@ class AccessLogWriter(threading.Thread):
     Measured in results/<machine>/access_log.json: the per-event structlog path halved
     4 KiB warm throughput on a 2-CPU machine; this path is the one benchmarked."""
 
-    SLICE = 512
-
     def __init__(self, buffers, fmt="console", stream=None, interval=0.25):
         super().__init__(name="pulsys-access-log", daemon=True)
         self.buffers = buffers
