@@ -234,6 +234,22 @@ def tree_cpu_ticks(root):
     return total
 
 
+def tree_user_system_ticks(root):
+    """(user, system) clock ticks of root's live tree, each as tree_cpu_ticks counts them
+    (proc(5): utime and stime, fields 14 and 15; the reaped children's, 16 and 17)."""
+    user = system = 0
+    for pid in process_tree(root):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        user += int(fields[11]) + (int(fields[13]) if pid == root else 0)
+        system += int(fields[12]) + (int(fields[14]) if pid == root else 0)
+    return user, system
+
+
 def tree_threads(root):
     """[(tid, "/proc/PID/task/TID")] of every live thread of root's tree."""
     out = []
@@ -608,6 +624,12 @@ class UringRef(Peer):
     max_size = WRK_MAX_SIZE
     script = "uring_min_server.py"
 
+    def __init__(self, ctx, processes=1):
+        self.processes = processes   # > 1: that many copies on one port (bench_peers/ref_processes.py)
+        if processes > 1:
+            self.variant = "mem-p%d" % processes
+        super().__init__(ctx)
+
     def path(self, size):
         return "/files/f%d.bin" % size
 
@@ -617,11 +639,14 @@ class UringRef(Peer):
             raise Unavailable("%s not found in ../shared/reference beside the repository (or "
                               "PULSYS_REFERENCE_DIR)" % self.script)
         self.version = liburing_version() + ", %s" % self.script
+        args = [str(self.port), os.path.join(self.ctx.www, REPO, "resolve", "main"), "mem"]
+        cmd = [sys.executable, src] + args
+        if self.processes > 1:
+            cmd = [sys.executable, os.path.join(PEERS_DIR, "ref_processes.py"), "--processes",
+                   str(self.processes), "--script", src, "--"] + args
         out = os.path.join(self.dir, "ref.log")
         with open(out, "w") as logf:
-            self.spawn(pin(0) + [sys.executable, src, str(self.port),
-                                 os.path.join(self.ctx.www, REPO, "resolve", "main"), "mem"],
-                       stdout=logf, stderr=subprocess.STDOUT)
+            self.spawn(pin(0) + cmd, stdout=logf, stderr=subprocess.STDOUT)
         if not wait_port(self.port, self.proc, self.start_timeout):
             raise Unavailable("%s did not start: %s" % (self.script, tail(out)))
 
@@ -658,6 +683,8 @@ def make_peers(ctx, names):
             out.append(UringFloor(ctx, processes=2))
         elif name == "uring-ref":
             out.append(UringRef(ctx))
+        elif name == "uring-ref-p2":          # the reference in pulsys's --listeners 2 layout
+            out.append(UringRef(ctx, processes=2))
     return out
 
 

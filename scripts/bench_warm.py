@@ -250,7 +250,8 @@ def cpu_reading(pid):
     """Where the CPU time of a process tree stands (pulsys and, with --listeners N > 1,
     its worker processes), for cpu_between(); None when the tree is gone."""
     try:
-        return bench_compare.tree_run_seconds(pid), bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+        return (bench_compare.tree_run_seconds(pid), bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK"),
+                bench_compare.tree_user_system_ticks(pid))
     except OSError:
         return None
 
@@ -264,10 +265,21 @@ def cpu_between(before, after):
     threads and reaped children). None when either reading is missing."""
     if before is None or after is None:
         return None
-    (run0, ticks0), (run1, ticks1) = before, after
+    (run0, ticks0, _), (run1, ticks1, _) = before, after
     if run0 is not None and run1 is not None and run0[1] <= run1[1]:
         return run1[0] - run0[0]
     return ticks1 - ticks0
+
+
+def user_share(before, after):
+    """The user part of the CPU time a process tree used between two cpu_reading()s, from
+    its clock ticks (utime against stime: proc(5); a 1 s load is ~100 ticks, so one round
+    reads it to ~1%, a median of rounds closer). None without both readings or ticks."""
+    if before is None or after is None:
+        return None
+    (u0, s0), (u1, s1) = before[2], after[2]
+    used = (u1 - u0) + (s1 - s0)
+    return (u1 - u0) / used if used > 0 else None
 
 
 def cpu_ratios(rows, base_rows, together):
@@ -427,7 +439,8 @@ def main():
                 tick.wait(10)
         used = cpu_between(cpu0, cpu1)
         us = used * 1e6 / total if used is not None else None
-        return rps, p50, p99, us, client_s * 1e6 / total, idle * 1e6 / total if others else None
+        return (rps, p50, p99, us, client_s * 1e6 / total, idle * 1e6 / total if others else None,
+                user_share(cpu0, cpu1))
 
     together = contextlib.ExitStack()     # the servers of --together, up across rounds
     try:
@@ -465,6 +478,9 @@ def main():
             med = statistics.median(rps)
             cpu = [r[3] for r in rows[(name, s)] if r[3] is not None]
             cpu_med = statistics.median(cpu) if cpu else None
+            # user and system µs a request: each round's CPU split by its clock ticks' shares
+            user = [r[3] * r[6] for r in rows[(name, s)] if r[3] is not None and r[6] is not None]
+            system = [r[3] * (1 - r[6]) for r in rows[(name, s)] if r[3] is not None and r[6] is not None]
             client = statistics.median(r[4] for r in rows[(name, s)])
             # A closed loop on `cpus` CPUs can do at most cpus / (server + client CPU per
             # request) req/s, whatever the server's parallelism: this variant's ceiling
@@ -481,6 +497,10 @@ def main():
                             "p50": [r[1] for r in rows[(name, s)]], "p99": [r[2] for r in rows[(name, s)]],
                             "server_cpu_us_per_req": [round(x, 2) for x in cpu],
                             "median_server_cpu_us_per_req": round(cpu_med, 2) if cpu else None,
+                            "server_user_us_per_req": [round(x, 3) for x in user],
+                            "server_system_us_per_req": [round(x, 3) for x in system],
+                            "median_server_user_us_per_req": round(statistics.median(user), 3) if user else None,
+                            "median_server_system_us_per_req": round(statistics.median(system), 3) if system else None,
                             "server_cpu_ratio_within_rounds": within,
                             # --together: what the idle servers used meanwhile (their timers)
                             "idle_servers_cpu_us_per_req": [round(r[5], 3) for r in rows[(name, s)]]
@@ -490,6 +510,9 @@ def main():
                       name, s, med, med / base, [round(x) for x in rps],
                       "%.2f" % cpu_med if cpu else "?", [round(x, 1) for x in cpu], client, cpus,
                       "%.2f" % ceiling if ceiling else "?"))
+            if user:
+                print("%-18s server CPU a request split by clock ticks: user %.2f, system %.2f us (medians)"
+                      % ("", statistics.median(user), statistics.median(system)))
             if within:
                 print("%-18s server CPU a request / %s's, within rounds: median x%.3f (quartiles %.3f-%.3f)%s"
                       % ("", variants[0][0], within["median"], within["q1"], within["q3"],

@@ -20,7 +20,8 @@ CPU 1; servers on CPU 0), each --duration seconds (--runs picks them; plain alwa
           the TLB must map again after another process ran, and a ceiling on what the
           caches must refill
 Servers: uring-ref, uring-floor, pulsys-iouring, and for what two processes on one CPU
-cost, pulsys-iouring-l2 (--listeners 2) and uring-floor-p2 (--processes 2).
+cost, pulsys-iouring-l2 (--listeners 2), uring-ref-p2 (the reference unchanged in two
+processes on one port, bench_peers/ref_processes.py) and uring-floor-p2 (--processes 2).
 Counts per request depend little on load (calls per loop turn do: batches grow with load),
 CPU per request depends on it; compare servers within one run only.
 

@@ -508,6 +508,13 @@ def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator)
         assert server > 0 and client > 0
         want = 2 / ((server + client) * 1e-6) / one["median_req_per_s"]
         assert abs(row["ceiling_ratio_on_2_cpus"] - want) < 0.01 * want + 0.002
+        # a server's CPU split into user and system time by its clock ticks: both parts
+        # there, and each round's two parts make its whole
+        user, system = row["median_server_user_us_per_req"], row["median_server_system_us_per_req"]
+        assert 0 < user < server and 0 < system < server
+        for u, k, total in zip(row["server_user_us_per_req"], row["server_system_us_per_req"],
+                               row["server_cpu_us_per_req"]):
+            assert abs(u + k - total) <= 0.02
 
 
 @pytest.mark.parametrize("token, says", [("+co-runner=fast", ["+co-runner=PERIOD_US:HOT_KIB", "+co-runner=idle"]),
@@ -652,7 +659,7 @@ def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path)
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys, threading, time\n"
                               "stop = threading.Event()\n"
-                              "def spin():\n    while time.thread_time() < 0.4: pass\n"
+                              "def spin():\n    while time.thread_time() < 0.4: sum(range(20000))\n"
                               "    print('spun', flush=True); stop.wait()\n"
                               "th = threading.Thread(target=spin); th.start()\n"
                               "sys.stdin.readline(); stop.set(); th.join()\n"
@@ -669,15 +676,19 @@ def test_warm_bench_counts_cpu_to_the_nanosecond_unless_a_thread_ended(tmp_path)
     finally:
         child.kill()
         child.wait(10)
-    (run0, _), _ = first
-    (run1, tids1), ticks1 = spun
-    (run2, tids2), ticks2 = ended
+    (run0, _), _, _ = first
+    (run1, tids1), ticks1, _ = spun
+    (run2, tids2), ticks2, _ = ended
     assert run1 >= 0.35 and abs(run1 - ticks1) < 0.05              # the same time, finer
     assert bench_warm.cpu_between(first, spun) == run1 - run0       # no thread ended in between
     assert not tids1 <= tids2 and run2 < run1 - 0.3                 # the ended thread's time is gone,
     assert bench_warm.cpu_between(spun, ended) == ticks2 - ticks1 >= 0   # so the ticks count
-    assert bench_warm.cpu_between((None, 0.99), (None, 1.7)) == pytest.approx(0.71)   # no schedstat
+    assert bench_warm.cpu_between((None, 0.99, (0, 0)), (None, 1.7, (0, 0))) == pytest.approx(0.71)   # no schedstat
     assert bench_warm.cpu_between(None, ended) is None
+    # the spin is Python summing, with a clock_gettime(CLOCK_THREAD_CPUTIME_ID) system
+    # call between sums: its time is nearly all user time (utime against stime, proc(5))
+    assert bench_warm.user_share(first, spun) > 0.8
+    assert bench_warm.user_share(None, spun) is None and bench_warm.user_share(spun, spun) is None
 
 
 def test_warm_bench_pairs_cpu_a_request_round_by_round():
