@@ -193,15 +193,23 @@ def other_pytest_processes():
 
 # -- process trees and their CPU time ----------------------------------------------
 
-def _stat(pid):
-    """(ppid, utime+stime, cutime+cstime, starttime) in clock ticks, or None."""
+def _stat_fields(pid):
+    """/proc/PID/stat's fields from the third (state) on, or None: fields[0] is field 3
+    of proc(5), so ppid=4 is fields[1], utime=14 fields[11], stime=15, cutime=16,
+    cstime=17, starttime=22 fields[19]."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rindex(")") + 2:].split()
-    # fields[0] is state (field 3): ppid=4, utime=14, stime=15, cutime=16, cstime=17, starttime=22
+    return data[data.rindex(")") + 2:].split()
+
+
+def _stat(pid):
+    """(ppid, utime+stime, cutime+cstime, starttime) in clock ticks, or None."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
     return (int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14]),
             int(fields[19]))
 
@@ -239,12 +247,9 @@ def tree_user_system_ticks(root):
     (proc(5): utime and stime, fields 14 and 15; the reaped children's, 16 and 17)."""
     user = system = 0
     for pid in process_tree(root):
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                data = f.read()
-        except OSError:
+        fields = _stat_fields(pid)
+        if fields is None:
             continue
-        fields = data[data.rindex(")") + 2:].split()
         user += int(fields[11]) + (int(fields[13]) if pid == root else 0)
         system += int(fields[12]) + (int(fields[14]) if pid == root else 0)
     return user, system
