@@ -11,14 +11,38 @@ else of the reference is touched: its file is run by runpy as `__main__`.
     python ref_processes.py --processes 2 --script <dir>/uring_min_server.py -- PORT ROOT mem
 
 SIGTERM to this process stops every copy; it exits when they all have.
+
+With PULSYS_BENCH_SLICE_US=N in the environment each copy first asks the scheduler for
+a slice of N microseconds (sched_setattr(2): sched_runtime of a SCHED_OTHER task, the
+EEVDF slice request of Linux >= 6.12; 100-100,000), so two busy copies on one CPU take
+turns less often: a way to price what a switch between them costs.
 """
 
 import argparse
+import ctypes
 import os
+import platform
 import runpy
 import signal
 import socket
+import struct
 import sys
+
+_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}    # syscall numbers (asm/unistd.h)
+
+
+def ask_slice(us):
+    """Ask for a slice of `us` microseconds for this process (sched_setattr(2), struct
+    sched_attr: size, policy SCHED_OTHER, flags, nice, priority, runtime, deadline,
+    period). -> None; OSError where the kernel or this CPU's syscall table refuses."""
+    nr = _SCHED_SETATTR.get(platform.machine())
+    if nr is None:
+        raise OSError("sched_setattr: no syscall number known for %s" % platform.machine())
+    attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQ", 48, 0, 0, 0, 0, us * 1000, 0, 0), 48)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, 0, attr, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "sched_setattr: %s" % os.strerror(e))
 
 
 def run_one(script, args):
@@ -31,6 +55,9 @@ def run_one(script, args):
         return plain_bind(self, address)
 
     socket.socket.bind = bind
+    slice_us = os.environ.get("PULSYS_BENCH_SLICE_US")
+    if slice_us:
+        ask_slice(int(slice_us))
     sys.argv = [script] + args
     runpy.run_path(script, run_name="__main__")
 

@@ -612,6 +612,43 @@ def test_ref_processes_runs_copies_of_the_reference_on_one_port(tmp_path):
             p.wait(10)
 
 
+def _sched_slice_ns(pid):
+    """The scheduler's slice of a task (/proc/PID/sched, `se.slice`, ns), or None where the
+    kernel does not show it."""
+    with open("/proc/%d/sched" % pid) as f:
+        for line in f:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def test_ref_processes_asks_each_copy_for_the_slice_it_is_given(tmp_path):
+    """PULSYS_BENCH_SLICE_US: each copy asks sched_setattr for that slice before the
+    reference runs; the kernel shows it as the copy's se.slice."""
+    import urllib.request
+    if _sched_slice_ns(os.getpid()) is None:
+        pytest.skip("this kernel shows no se.slice in /proc/PID/sched (Linux < 6.6)")
+    (tmp_path / "f.bin").write_bytes(b"x" * 100)
+    ref = tmp_path / "uring_min_server.py"
+    ref.write_text(STAND_IN_REFERENCE)
+    port = bench_compare.free_port()
+    p = subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "bench_peers", "ref_processes.py"),
+                          "--processes", "2", "--script", str(ref), "--", str(port), str(tmp_path), "mem"],
+                         env=dict(os.environ, PULSYS_BENCH_SLICE_US="12000"))
+    try:
+        assert bench_compare.wait_port(port, p)
+        pids = set()
+        for _ in range(64):
+            with urllib.request.urlopen("http://127.0.0.1:%d/files/f.bin" % port, timeout=10) as r:
+                pids.add(int(r.headers["X-Pid"]))
+        assert len(pids) == 2
+        assert [_sched_slice_ns(pid) for pid in pids] == [12_000_000, 12_000_000]
+        assert _sched_slice_ns(p.pid) != 12_000_000        # the launcher keeps its own
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
 def test_ref_processes_refuses_bad_input_without_a_traceback(tmp_path):
     script = os.path.join(SCRIPTS, "bench_peers", "ref_processes.py")
     for args, says in ((["--processes", "0", "--script", script], "above 0"),
