@@ -15,6 +15,10 @@ from tests.behaviour.fillcheck import blob_files, raw_get
 from tests.conftest import wait_until
 
 MIB = 1024 * 1024
+# What one cut may strand: the bytes the throttled hub (8 MiB/s) sends while the cut
+# fetcher's thread is not running, up to 125 ms on a loaded CI machine. Measured idle:
+# 64-88 KiB a cut; one CI run stranded 1.125 MiB over this test's cuts.
+IN_FLIGHT = MIB
 BODY = os.urandom(5 * FIRST_PIECE - 3 * MIB + 17)      # five pieces, the last a short one
 SHA = sha256_hex(BODY)
 PATH = "/org/m/resolve/main/model.safetensors"
@@ -34,6 +38,14 @@ def serve(hub, make_server, tmp_path, **settings):
 
 def cdn_ranges(hub):
     return sorted(r.range for r in hub.requests if r.server == "cdn" and r.method == "GET")
+
+
+def cuts(hub):
+    """CDN requests that began inside another's range: a fetcher cut that piece there
+    (pulsys.upstream.fill: the cut fetcher stops and drops its connection)."""
+    spans = [tuple(int(x) for x in r[len("bytes="):].split("-")) for r in cdn_ranges(hub) if r]
+    return sum(1 for i, (s, _) in enumerate(spans)
+               if any(a < s <= b for j, (a, b) in enumerate(spans) if j != i))
 
 
 def fetched_once(hub, srv):
@@ -124,6 +136,8 @@ def test_many_readers_of_one_cold_file_get_connections_beyond_read_ahead_up_to_t
     with concurrent.futures.ThreadPoolExecutor(len(spans)) as ex:
         parts = list(ex.map(lambda sp: raw_get(srv.address, PATH, [("Range", "bytes=%d-%d" % sp)]), spans))
     assert b"".join(p[2] for p in parts) == BODY and all(p[0] == 206 and p[3] for p in parts)
-    assert fetched_once(hub, srv) <= len(BODY) + MIB
+    # a byte is fetched twice only past a cut, each cut stranding what was in flight
+    extra, n = fetched_once(hub, srv) - len(BODY), cuts(hub)
+    assert 0 <= extra <= n * IN_FLIGHT, (extra, n)
     assert 2 < hub.most_concurrent_bodies(SHA) <= 6
     assert blob_files(srv.cache_dir) == {"sha256/" + SHA: True}
