@@ -234,17 +234,13 @@ def process_tree(root):
 
 def tree_cpu_ticks(root):
     """utime+stime of root's live tree, plus the time of children root already reaped."""
-    total = 0
-    for pid in process_tree(root):
-        st = _stat(pid)
-        if st is not None:
-            total += st[1] + (st[2] if pid == root else 0)
-    return total
+    return sum(tree_user_system_ticks(root))
 
 
 def tree_user_system_ticks(root):
-    """(user, system) clock ticks of root's live tree, each as tree_cpu_ticks counts them
-    (proc(5): utime and stime, fields 14 and 15; the reaped children's, 16 and 17)."""
+    """(user, system) clock ticks of root's live tree, plus those of the children root
+    already reaped (proc(5): utime and stime, fields 14 and 15; cutime and cstime, 16
+    and 17)."""
     user = system = 0
     for pid in process_tree(root):
         fields = _stat_fields(pid)

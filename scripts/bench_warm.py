@@ -250,8 +250,8 @@ def cpu_reading(pid):
     """Where the CPU time of a process tree stands (pulsys and, with --listeners N > 1,
     its worker processes), for cpu_between(); None when the tree is gone."""
     try:
-        return (bench_compare.tree_run_seconds(pid), bench_compare.tree_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK"),
-                bench_compare.tree_user_system_ticks(pid))
+        ticks = bench_compare.tree_user_system_ticks(pid)        # one reading of /proc for both
+        return bench_compare.tree_run_seconds(pid), sum(ticks) / os.sysconf("SC_CLK_TCK"), ticks
     except OSError:
         return None
 
@@ -261,8 +261,8 @@ def cpu_between(before, after):
     to the nanosecond (bench_compare.tree_run_seconds; a 1 s load of ~150k requests is
     ~1 s of CPU, where clock ticks of 10 ms are 1% steps), unless the kernel keeps no
     schedstat or a thread ended in between (its time would be lost): then user + system
-    time in clock ticks (bench_compare.tree_cpu_ticks, which keeps the time of ended
-    threads and reaped children). None when either reading is missing."""
+    time in clock ticks (bench_compare.tree_user_system_ticks, which keeps the time of
+    ended threads and reaped children). None when either reading is missing."""
     if before is None or after is None:
         return None
     (run0, ticks0, _), (run1, ticks1, _) = before, after
@@ -479,8 +479,9 @@ def main():
             cpu = [r[3] for r in rows[(name, s)] if r[3] is not None]
             cpu_med = statistics.median(cpu) if cpu else None
             # user and system µs a request: each round's CPU split by its clock ticks' shares
-            user = [r[3] * r[6] for r in rows[(name, s)] if r[3] is not None and r[6] is not None]
-            system = [r[3] * (1 - r[6]) for r in rows[(name, s)] if r[3] is not None and r[6] is not None]
+            split = [(r[3] * r[6], r[3] * (1 - r[6])) for r in rows[(name, s)]
+                     if r[3] is not None and r[6] is not None]
+            user, system = [u for u, _ in split], [k for _, k in split]
             client = statistics.median(r[4] for r in rows[(name, s)])
             # A closed loop on `cpus` CPUs can do at most cpus / (server + client CPU per
             # request) req/s, whatever the server's parallelism: this variant's ceiling
