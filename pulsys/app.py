@@ -43,7 +43,7 @@ from pulsys.upstream.service import Upstream
 from pulsys.upstream.session import make_session
 from pulsys.upstream.xet_tokens import XetTokens, derive_key
 from pulsys.upstream.shared_tier import SharedStoreError, open_tier
-from pulsys.workers import Supervisor, WorkerError
+from pulsys.workers import CHECK_IDLE, CHECK_SOON, Supervisor, WorkerError
 
 # How long a key change waits for every worker to apply it (WorkerLinks.wait_keys): a
 # worker applies a table in well under a millisecond when idle; a worker still behind
@@ -234,6 +234,9 @@ class Server(_Base):
         self.access_buffers = [r.access_log for r in self.reactors if r.access_log is not None]
         self.access_writer = (AccessLogWriter(self.access_buffers, config.log_format, stderr_stream())
                               if self.access_buffers else None)
+        for r in self.reactors:
+            if r.access_log is not None:
+                r.tick_hooks.append(self.access_writer.nudge_hook(r.access_log))
         self.threads = []
         for r in self.reactors:
             self.local.join(r)
@@ -281,8 +284,9 @@ class Server(_Base):
         return self
 
     def wait(self):
-        while not self._stop.wait(0.5):
-            pass
+        # no timeout: a signal's handler (stop) still runs in this thread, the Event's
+        # wait being a lock acquire that signals interrupt on POSIX (threading docs)
+        self._stop.wait()
 
     def shutdown(self):
         for r in self.reactors:
@@ -370,11 +374,20 @@ class ProcessServer(_Base):
         self._log_started(workers=[s.proc.pid for s in self.supervisor.slots])
         return self
 
+    def stop(self):
+        self._stop.set()
+        self.supervisor.wake.set()
+
     def wait(self):
-        restarts = 0
-        while not self._stop.wait(0.1):
+        """Supervise until stop(): a check when a worker's link ends (Supervisor.wake),
+        again soon while one is being reaped, and every CHECK_IDLE whatever happens."""
+        restarts, sup = 0, self.supervisor
+        while True:
+            sup.wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.supervisor.check()
+                soon = sup.check()
                 n = sum(s.restarts for s in self.supervisor.slots)
                 if n != restarts:
                     # a worker killed inside a read transaction left its reader slot
@@ -385,6 +398,7 @@ class ProcessServer(_Base):
                 self.log.error("giving up", reason=str(e))
                 self.failed, self.fail_message = True, str(e)
                 return
+            sup.wake.wait(CHECK_SOON if soon else CHECK_IDLE)
 
     def shutdown(self):
         if self.admin is not None:

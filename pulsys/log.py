@@ -206,8 +206,8 @@ def stderr_stream():
 
 
 class AccessLogWriter(threading.Thread):
-    """Writes every reactor's AccessLog to the log stream every `interval` seconds: the
-    chunks the reactors formatted, then what is left of their records.
+    """Writes every reactor's AccessLog to the log stream every `interval` seconds while
+    lines come: the chunks the reactors formatted, then what is left of their records.
 
     Access events bypass structlog's processor chain: one %-format per record (C code)
     and one write per chunk, in the same keys and order the structlog renderers use. A
@@ -223,6 +223,8 @@ class AccessLogWriter(threading.Thread):
         self.stream = stream or sys.stderr
         self.json = fmt == "json"
         self._halt = threading.Event()
+        self._wake = threading.Event()   # set by nudge_hook when lines wait and run() sleeps
+        self.idle = False
         self._memo = {}
         self._flush_lock = threading.Lock()   # flush() may also be called from outside
         self._secpair = (None, "")  # (a second, its text): one attribute, set at once
@@ -232,11 +234,35 @@ class AccessLogWriter(threading.Thread):
             b.add_turns = self._turn_adder(b)
 
     def run(self):
-        while not self._halt.wait(self.interval):
-            self.flush()
+        # Every `interval` while there are lines; with none, asleep until a reactor's tick
+        # finds some (nudge) or stop(): an idle server's writer does not wake.
+        halt, wake = self._halt, self._wake
+        while not halt.is_set():
+            if self.flush():
+                halt.wait(self.interval)
+                continue
+            self.idle = True
+            wake.wait()
+            wake.clear()
+            self.idle = False
         self.flush()
 
+    def nudge_hook(self, log):
+        """A tick hook for the reactor that fills `log` (ReactorBase.tick_hooks): wakes
+        this writer when lines wait and it sleeps. -> True while lines wait."""
+        wake = self._wake
+
+        def nudge(now):
+            if log.buf or log.chunks:
+                if self.idle:
+                    wake.set()
+                return True
+            return False
+        return nudge
+
     def flush(self):
+        """Write what every buffer holds. -> True when there was something."""
+        wrote = False
         with self._flush_lock:
             stream = self.stream
             put = getattr(stream, "write_parts", None)
@@ -248,10 +274,14 @@ class AccessLogWriter(threading.Thread):
                 chunks = b.chunks
                 while chunks:
                     put(chunks.popleft())
+                    wrote = True
+            if not wrote:
+                return False
             try:
                 self.stream.flush()
             except (OSError, ValueError):
                 pass
+        return True
 
     def _fixed(self, key):
         method, target, status, nbytes, outcome = key
@@ -364,3 +394,4 @@ class AccessLogWriter(threading.Thread):
 
     def stop(self):
         self._halt.set()
+        self._wake.set()

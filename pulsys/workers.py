@@ -4,7 +4,7 @@ Under the GIL, reactor threads in one process take turns; reactors in separate
 processes do not. So with N > 1 the parent keeps the upstream plane (fill pool,
 authoritative index, in-flight fills), the admin listener and the N listening sockets,
 and runs one worker process per listening socket. A worker is one reactor thread (the
-process's main thread) plus two IPC threads and a counter thread; it serves warm hits
+process's main thread) plus two IPC threads and the access-log writer; it serves warm hits
 from the index the parent writes (one LMDB file every process maps, read-only here:
 cache/index_view.py) and sends everything else to the parent as a Job.
 
@@ -17,10 +17,11 @@ fork server (it could not be started, or died) a worker is a new interpreter
 (subprocess, fork+exec). Either way the worker gets its listening socket, its end of
 the socketpair and the counter table as file descriptors.
 
-Counters: each worker copies its reactor's counter list into its row of a shared
-int64 table (an mmap of an unlinked temporary file, also inherited) every 0.1 s; the
-parent sums the rows with its own pool counters. A dead worker's last row is folded
-into a `retired` row so totals never go backwards.
+Counters: each worker's reactor copies its counter list into its row of a shared int64
+table (an mmap of an unlinked temporary file, also inherited), on its own thread every
+0.1 s while they change (CounterPublisher, a tick hook: docs/decisions/0023); the parent
+sums the rows with its own pool counters. A dead worker's last row is folded into a
+`retired` row so totals never go backwards.
 """
 
 import array
@@ -52,11 +53,16 @@ from pulsys.reactor.mailbox import Mailbox
 
 ROW = M.WIDTH + 1                 # the reactor's counters and histograms, then its open connections
 OPEN_CONNECTIONS = M.WIDTH
-COUNTER_INTERVAL = 0.1            # seconds between a worker's counter copies
+_ENTER = M.URING_ENTER
 LINK_TIMEOUT = 10.0               # a worker that reads nothing for this long is restarted
 START_TIMEOUT = 30.0              # every worker must be ready within this at startup
 STOP_GRACE = 5.0                  # SIGTERM, then SIGKILL after this many seconds
 CRASH_LOOP = (5, 10.0)            # more than 5 restarts within 10 s: give up, exit 1
+# The parent checks its workers when a link ends (a worker's exit closes its socket),
+# CHECK_SOON later while a worker whose link ended is not reaped yet (its files close
+# before it becomes a zombie), and every CHECK_IDLE in any case.
+CHECK_SOON = 0.05
+CHECK_IDLE = 5.0
 
 
 class WorkerError(Exception):
@@ -96,26 +102,33 @@ class CounterTable:
         self.file.close()
 
 
-class CounterPublisher(threading.Thread):
-    """Worker side: copies the reactor's counters into this worker's row."""
+class CounterPublisher:
+    """Worker side: copies the reactor's counters into this worker's row. A tick hook
+    (ReactorBase.tick_hooks): on the reactor's thread, every TICK while they change, so
+    an idle worker copies nothing and wakes nobody. The io_uring enter count alone does
+    not count as a change: an idle loop's own wake-up enters the ring."""
 
-    def __init__(self, fd, row, reactor, interval=COUNTER_INTERVAL):
-        super().__init__(name="pulsys-counters", daemon=True)
+    def __init__(self, fd, row, reactor):
         self.mm = mmap.mmap(fd, (row + 1) * ROW * 8)
         self.view = memoryview(self.mm).cast("q")[row * ROW:(row + 1) * ROW]
         self.reactor = reactor
-        self.interval = interval
-        self.halt = threading.Event()
+        self.last = array.array("q")
 
-    def flush(self):
+    def __call__(self, now=None):
+        """Copy the counters when they changed. -> True when they did."""
         vals = array.array("q", self.reactor.counters)
         vals.append(self.reactor.open_sockets())
+        last = self.last
+        if len(last) == len(vals) and vals[:_ENTER] == last[:_ENTER] and vals[_ENTER + 1:] == last[_ENTER + 1:]:
+            return False
         self.view[:] = vals
+        self.last = vals
+        return True
 
-    def run(self):
-        while not self.halt.wait(self.interval):
-            self.flush()
-        self.flush()
+    def flush(self):
+        """Copy them whatever changed (the worker's last copy, after its loop ended)."""
+        self.last = array.array("q")
+        self()
 
 
 # -- worker process -----------------------------------------------------------------
@@ -161,13 +174,13 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
     box["reactor"] = reactor
     signal.signal(signal.SIGTERM, lambda *_: reactor.stop())
     counters = CounterPublisher(counters_fd, row, reactor)
-    counters.start()
     recency = RecencyReporter(reactor, lambda items: client.send(ipc.ServedFrame(items)),
                               send_downloads=lambda items: client.send(ipc.DownloadsFrame(items)))
-    recency.start()
+    reactor.tick_hooks += (counters, recency)
     writer = None
     if reactor.access_log is not None:
         writer = AccessLogWriter([reactor.access_log], config.log_format, stream=LineStream(2))
+        reactor.tick_hooks.append(writer.nudge_hook(reactor.access_log))
         writer.start()
     client.send(ipc.ReadyFrame(os.getpid(), backend, sender_name, db.count()[0]))
     code = 0
@@ -177,10 +190,8 @@ def worker_main(ipc_fd, listener_fd, counters_fd, row):
         log.exception("reactor crashed", backend=reactor.name)
         code = 1
     finally:
-        counters.halt.set()
-        counters.join(timeout=2)
-        recency.halt.set()
-        recency.join(timeout=2)
+        counters.flush()          # the loop has ended: its thread is this one
+        recency.flush()
         if writer is not None:
             writer.stop()
             writer.join(timeout=2)
@@ -257,6 +268,7 @@ class Supervisor:
         self.table = CounterTable(len(self.slots))
         self.deaths = collections.deque()
         self.stopping = False
+        self.wake = threading.Event()     # set when a worker's link ends: check() is due
         self.log = get_logger("supervisor")
         pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         # sys.modules["rich"] = None: structlog imports rich, when installed (import-linter
@@ -321,6 +333,7 @@ class Supervisor:
         finally:
             self.links.remove(link)
             link.shutdown()
+            self.wake.set()
 
     def start(self):
         """Start every worker and wait until each is ready. Raises WorkerError."""
@@ -342,16 +355,22 @@ class Supervisor:
     # -- supervise --------------------------------------------------------------------
 
     def check(self):
-        """Restart dead workers. Raises WorkerError on a crash loop. Call periodically."""
+        """Restart dead workers. Raises WorkerError on a crash loop. Call when `wake` is
+        set, and now and then. -> True when a worker whose link ended is still to be
+        reaped (check again soon)."""
+        soon = False
         for slot in self.slots:
             if self.stopping:
-                return
+                return False
             rc = slot.proc.poll()
             if rc is None:
-                if slot.link.broken and not slot.reader.is_alive():
-                    slot.proc.kill()      # the link is gone: a worker cannot serve without it
+                if not slot.reader.is_alive():
+                    if slot.link.broken:
+                        slot.proc.kill()      # the link is gone: a worker cannot serve without it
+                    soon = True
                 continue
             self._restart(slot, rc)
+        return soon
 
     def _restart(self, slot, rc):
         now = time.monotonic()

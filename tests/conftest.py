@@ -26,7 +26,7 @@ def hub():
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COUNTER_SYNC = 0.25   # > the workers' counter copy interval (pulsys.workers.COUNTER_INTERVAL)
+COUNTER_SYNC = 0.25   # > a worker's counter copy tick (pulsys.reactor.base.TICK, 0.1 s)
 
 
 class ProcServer:

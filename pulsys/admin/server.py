@@ -5,6 +5,8 @@ the JSON API in admin/api.py (admin key required, docs/admin.md). Runs on its ow
 threads; never touches a reactor."""
 
 import json
+import selectors
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -137,9 +139,23 @@ class AdminServer:
         self.httpd.api = api            # admin.api.AdminApi, or None: no JSON API
         self.httpd.ready_fn = ready_fn  # () -> (ready, {check: bool}) for /readyz (admin/readiness.py)
         self.httpd.console = Console(api) if api is not None else None    # the web console
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="pulsys-admin",
-                                       kwargs={"poll_interval": 0.1}, daemon=True)
+        # handle_request() waits at most this for the connection select() saw (it may be
+        # gone by then); serve_forever is not used: it polls its stop flag (0.5 s by
+        # default), this loop sleeps until a connection or stop() comes
+        self.httpd.timeout = 1.0
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.thread = threading.Thread(target=self._serve, name="pulsys-admin", daemon=True)
         self.started = time.time()
+
+    def _serve(self):
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.httpd.socket, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                for key, _ in sel.select():
+                    if key.fileobj is self._wake_r:
+                        return
+                self.httpd.handle_request()
 
     @property
     def address(self):
@@ -150,6 +166,12 @@ class AdminServer:
         return self
 
     def stop(self):
-        if self.thread.is_alive():      # shutdown() waits for serve_forever, which may never have run
-            self.httpd.shutdown()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:            # stopped before
+            return
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
         self.httpd.server_close()
+        self._wake_r.close()
+        self._wake_w.close()

@@ -7,18 +7,15 @@ and reads the old one:
 - in one process, Space.collect() takes them from every reactor of the process
   (LocalReactors.served) when it must choose victims (and for the snapshot at
   shutdown);
-- in a worker process, RecencyReporter does it every INTERVAL seconds and sends the
-  batch to the parent over the existing link (ipc SERVED frame).
+- in a worker process, RecencyReporter does it on the reactor's own thread (a tick
+  hook) every INTERVAL seconds while hits come, and sends the batch to the parent over
+  the existing link (ipc SERVED frame).
 
-The swap takes no lock. In CPython 3.11 the reactor's `served[...] = t` runs between
-two eval-breaker checks, so the GIL cannot pass to the swapping thread between its
-load of `self.served` and the store. The reporter also reads each swapped dict one
-interval later, so even a store that did land in the old dict after the swap is read;
-take_served reads at once, and at worst one hit's time is lost (the blob then looks
-one hit older than it is, which only changes eviction order).
+Space.collect's swap takes no lock. In CPython 3.11 the reactor's `served[...] = t`
+runs between two eval-breaker checks, so the GIL cannot pass to the swapping thread
+between its load of `self.served` and the store; at worst one hit's time is lost (the
+blob then looks one hit older than it is, which only changes eviction order).
 """
-
-import threading
 
 INTERVAL = 0.5     # seconds between a worker's reports
 
@@ -60,34 +57,37 @@ class LocalReactors:
         return out
 
 
-class RecencyReporter(threading.Thread):
-    """Worker side: every `interval`, swap the reactor's dict and send the previous one."""
+class RecencyReporter:
+    """Worker side: a tick hook of the worker's reactor (ReactorBase.tick_hooks), so the
+    swap runs on the only thread that writes the dicts. At most one report per
+    `interval`: a hit reaches the parent within `interval` and a tick of its record."""
 
     def __init__(self, reactor, send, interval=INTERVAL, send_downloads=None):
-        super().__init__(name="pulsys-recency", daemon=True)
         self.reactor = reactor
         self.send = send             # callable([(blob id, time)])
         self.send_downloads = send_downloads   # callable([(cache key, packed)]), cache/downloads.py
         self.interval = interval
-        self.halt = threading.Event()
-        self._prev = {}
-        self._prev_dl = {}
+        self.due = 0.0               # monotonic time of the next report
 
-    def tick(self):
+    def __call__(self, now):
+        """-> True while something waits to be reported (the reactor then ticks on time)."""
         r = self.reactor
-        prev, self._prev = self._prev, r.served
-        r.served = {}
-        prev.pop("", None)
-        if prev:
-            self.send(list(prev.items()))
-        if self.send_downloads is not None:     # the same swap, one interval late, as above
-            prev, self._prev_dl = self._prev_dl, r.downloads
-            r.downloads = {}
-            if prev:
-                self.send_downloads(list(prev.items()))
+        if not (r.served or r.downloads):
+            return False
+        if now < self.due:
+            return True
+        self.flush()
+        self.due = now + self.interval
+        return False
 
-    def run(self):
-        while not self.halt.wait(self.interval):
-            self.tick()
-        self.tick()
-        self.tick()
+    def flush(self):
+        """Send what was recorded since the last report."""
+        r = self.reactor
+        d, r.served = r.served, {}
+        d.pop("", None)
+        if d:
+            self.send(list(d.items()))
+        if self.send_downloads is not None:
+            d, r.downloads = r.downloads, {}
+            if d:
+                self.send_downloads(list(d.items()))

@@ -53,6 +53,9 @@ CARRY_MAX = 64 << 20
 CHECK_TURN = 1 << 20
 _PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _HITS = M.CACHE_HITS
+SWEEP = 1.0       # seconds between sweeps of the connections' timeouts
+TICK = 0.1        # seconds between a reactor's tick_hooks calls while it works
+IDLE_WAIT = 1.0   # longest sleep of an idle turn with no tick due (the sweep's period)
 
 
 def _open_resume(conn):
@@ -99,26 +102,57 @@ class ReactorBase:
         self.served = {}   # blob id -> monotonic time of its last warm hit (cache/recency.py)
         self.downloads = {}   # cache key -> GETs answered and bytes, packed (cache/downloads.py)
         self.now = time.monotonic()
+        # fn(now) -> bool, run on this thread every TICK while the loop turns (a worker's
+        # counter copy and recency report, the access-log writer's wake-up): what other
+        # threads did on timers of their own, waking an idle process 16 times a second
+        # (docs/benchmarks.md, issue 18). True: call again on time; all False: the idle
+        # loop sleeps IDLE_WAIT.
+        self.tick_hooks = []
+        self.idle_wait = IDLE_WAIT   # the longest sleep of an idle turn (the backends read it)
         self.log = get_logger("reactor")
 
     # -- the loop --------------------------------------------------------------
 
     def run(self):
-        """Serve until stop(): the backend's I/O turn (I/O, posts, access-log text), and
-        once a second the timeouts; on the way out every connection is closed."""
+        """Serve until stop(): the backend's I/O turn (I/O, posts, access-log text), once
+        a second the timeouts, and with tick_hooks a tick every TICK; on the way out
+        every connection is closed."""
         self.io_open()
-        turn = self.io_turn
-        next_sweep = time.monotonic() + 1.0
+        turn, hooks = self.io_turn, self.tick_hooks
+        next_sweep = time.monotonic() + SWEEP
+        next_tick = time.monotonic() if hooks else next_sweep
         try:
             while not self.stopping:
-                if turn() >= next_sweep:
-                    self.sweep()
-                    next_sweep = self.now + 1.0
+                if turn() >= next_tick:
+                    now = self.now
+                    if now >= next_sweep:
+                        self.sweep()
+                        next_sweep = now + SWEEP
+                    if not hooks:
+                        next_tick = next_sweep
+                    elif self.tick():
+                        self.idle_wait, next_tick = TICK, now + TICK
+                    else:
+                        # quiet: the next turn ticks, whenever it comes, so what it does
+                        # is seen at once and sleeps after it last at most a TICK
+                        self.idle_wait, next_tick = IDLE_WAIT, now
         finally:
             for conn in list(self.conns.values()):
                 self.close(conn)
             self.io_close()
             self.fdcache.close_all()
+
+    def tick(self):
+        """Run every tick hook, on the loop's thread. -> True when one of them wants the
+        next tick on time (the loop then sleeps at most TICK when idle)."""
+        more = False
+        for hook in self.tick_hooks:
+            try:
+                if hook(self.now):
+                    more = True
+            except Exception:
+                self.log.exception("tick hook failed", hook=getattr(hook, "__qualname__", repr(hook)))
+        return more
 
     def log_formatter(self):
         """-> a function that formats the access-log records buffered, once at least

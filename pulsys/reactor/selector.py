@@ -1,7 +1,7 @@
 """Portable reactor backend: non-blocking sockets on selectors (epoll / kqueue).
 
 Optimistic I/O: a connection tries recv/send first and registers interest only when
-the kernel says EAGAIN; accept runs until EAGAIN. One I/O turn: wait up to a second,
+the kernel says EAGAIN; accept runs until EAGAIN. One I/O turn: wait up to a second (less when a tick is due),
 then dispatch what is ready (the loop itself is ReactorBase.run). Bodies go out with
 the platform's sender (sendfile with MSG_MORE or TCP_CORK; Darwin's sendfile with the
 head in sf_hdtr, one syscall for both).
@@ -46,7 +46,7 @@ class SelectorReactor(ReactorBase):
         posts, log = self.mailbox.queue, self.log_formatter() or (lambda: None)
 
         def turn():
-            events = select(1.0)
+            events = select(self.idle_wait)
             now = self.now = monotonic()
             for key, _mask in events:
                 d = key.data

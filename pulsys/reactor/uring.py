@@ -37,7 +37,6 @@ from pulsys.reactor.step import grow
 
 OP_ACCEPT, OP_RECV, OP_SEND, OP_POLL, OP_WAKE = 1, 2, 3, 4, 5
 _SEND_FROM_RECV = OP_SEND - OP_RECV     # a connection's send tag from its recv tag
-IDLE_WAIT = 1.0     # longest sleep of a turn (the loop sweeps timeouts once a second)
 FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits)
 FOLD_IDLE = 0.001   # a pause in the load this long folds them (the counters lag by it at most)
 FOLD_AGE = 0.01     # and so does the first of them being this old when the loop would sleep
@@ -142,10 +141,10 @@ class UringReactor(ReactorBase):
             # sleeps only if none of them posted a CQE.
             if not cycle(dispatch) and not posts:
                 if not hits:
-                    sleep(IDLE_WAIT)
+                    sleep(me.idle_wait)
                 elif not (marks and now - marks[0][0] < FOLD_AGE and sleep(FOLD_IDLE)):
                     fold()        # the load paused (or the hits aged): see fold_hits
-                    sleep(IDLE_WAIT)
+                    sleep(me.idle_wait)
                 now = me.now = monotonic()
                 reap(dispatch)
             n = len(hits)

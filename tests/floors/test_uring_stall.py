@@ -1,7 +1,8 @@
 """No request waits for the io_uring loop's idle timeout. With DEFER_TASKRUN a completion
 is work this thread runs in its next io_uring_enter, and one enter runs a bounded batch of
 it (the rest stays queued): a loop that slept with completions queued or ready would hold
-such requests for up to its idle wait (reactor/uring.py IDLE_WAIT, 1 s). Many connections,
+such requests for up to its idle wait (reactor/base.py IDLE_WAIT, 1 s: one listener and
+no access log leave the reactor no tick hooks, so nothing shortens that wait). Many connections,
 each answer a fused in-memory hit (a send linked to the next recv, posting no completion
 when it succeeds: "quiet") too large for the client's small receive buffer, so the sends
 finish later as queued work that posts nothing. Bounded: 128 connections x 20 requests of
@@ -15,6 +16,7 @@ import sys
 import pytest
 
 from pulsys.platform import PlatformFacts
+from pulsys.reactor.base import IDLE_WAIT
 from tests.conftest import vars_when
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,7 +27,6 @@ CONNS, PER = 128, 20
 
 @pytest.mark.skipif(not _FACTS.uring_ok, reason="io_uring: %s" % _FACTS.uring_error)
 def test_no_request_waits_for_the_idle_timeout(hub, make_server):
-    from pulsys.reactor.uring import IDLE_WAIT    # imports liburing: only where it works
     hub.add_repo("stall/f", files={"f.bin": os.urandom(SIZE)}, lfs={"f.bin"})
     srv = make_server(hub, listeners=1, iouring="on")
     host, port = srv.address

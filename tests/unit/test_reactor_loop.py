@@ -1,6 +1,7 @@
 """The reactor loop is written once (ReactorBase.run) and every backend runs in it. These
 run each backend's real loop on a loopback listener in a thread."""
 
+import contextlib
 import socket
 import threading
 import time
@@ -23,25 +24,42 @@ BACKENDS = ["selector", pytest.param(("uring", "ring"), id="uring-ring", marks=_
             pytest.param(("uring", "epoll"), id="uring-epoll", marks=_URING)]
 
 
-@pytest.fixture(params=BACKENDS)
-def running(request, tmp_path):
+def make_reactor(param, tmp_path):
+    """A reactor of the backend BACKENDS' `param` names on a loopback listener, not yet
+    running. -> (reactor, listening socket)."""
     lst = socket.socket()
     lst.bind(("127.0.0.1", 0))
     lst.listen()
     lst.setblocking(False)
     view = view_of(new_index(str(tmp_path / "index")))
-    name, kw = request.param, {}
+    name, kw = param, {}
     if isinstance(name, tuple):
         name, kw = name[0], {"wait": name[1]}
-    r = backend_class(name)(lst, view, lambda job: None, Mailbox(), load_sender(_FACTS, None)[1], FdCache(),
-                            **kw)
+    return backend_class(name)(lst, view, lambda job: None, Mailbox(), load_sender(_FACTS, None)[1], FdCache(),
+                               **kw), lst
+
+
+@contextlib.contextmanager
+def looping(param, tmp_path, hooks=()):
+    """make_reactor's reactor, with `hooks` as tick hooks, running in a thread:
+    -> (reactor, thread); stopped and checked gone on the way out."""
+    r, lst = make_reactor(param, tmp_path)
+    r.tick_hooks += hooks
     th = threading.Thread(target=r.run, daemon=True)
     th.start()
-    yield r, th
-    r.stop()
-    th.join(5)
-    lst.close()
+    try:
+        yield r, th
+    finally:
+        r.stop()
+        th.join(5)
+        lst.close()
     assert not th.is_alive()
+
+
+@pytest.fixture(params=BACKENDS)
+def running(request, tmp_path):
+    with looping(request.param, tmp_path) as got:
+        yield got
 
 
 def _cpu(th, seconds):

@@ -138,21 +138,25 @@ def test_collect_pulls_reactor_recency():
     assert evicted == [("sha1/b", 10)] and r.served == {}
 
 
-def test_reporter_sends_each_swapped_dict_one_interval_later():
+def test_reporter_sends_at_most_once_an_interval_and_says_when_it_waits():
     class R:
-        served = {}
+        served, downloads = {}, {}
     r = R()
-    sent = []
-    rep = RecencyReporter(r, sent.append)
+    sent, dl = [], []
+    rep = RecencyReporter(r, sent.append, interval=0.5, send_downloads=dl.append)
+    assert rep(10.0) is False and sent == []         # nothing recorded: no tick wanted
     r.served["sha1/a"] = 1.0
-    rep.tick()
-    assert sent == []                             # held for one interval: late stores land
+    r.downloads["k"] = 7
+    assert rep(10.0) is False                        # the first report goes at once
+    assert sent == [[("sha1/a", 1.0)]] and dl == [[("k", 7)]] and r.served == {}
     r.served["sha1/b"] = 2.0
-    rep.tick()
-    assert sent == [[("sha1/a", 1.0)]]
-    rep.tick()
-    rep.tick()
-    assert sent == [[("sha1/a", 1.0)], [("sha1/b", 2.0)]]
+    r.served[""] = 2.5                               # a CANNED hit: no blob
+    assert rep(10.2) is True and len(sent) == 1      # within the interval: held, tick again
+    assert rep(10.5) is False
+    assert sent == [[("sha1/a", 1.0)], [("sha1/b", 2.0)]] and dl == [[("k", 7)]]
+    r.served["sha1/c"] = 3.0
+    rep.flush()                                      # the worker's last report: whenever
+    assert sent[-1] == [("sha1/c", 3.0)] and r.served == {}
 
 
 def _open(fd):
