@@ -104,9 +104,9 @@ class ReactorBase:
         self.now = time.monotonic()
         # fn(now) -> bool, run on this thread every TICK while the loop turns (a worker's
         # counter copy and recency report, the access-log writer's wake-up): what other
-        # threads did on timers of their own, waking an idle process 16 times a second
-        # (docs/benchmarks.md, issue 18). True: call again on time; all False: the idle
-        # loop sleeps IDLE_WAIT.
+        # threads did on timers of their own, waking an idle worker 16 times a second
+        # (docs/decisions/0023). True: call again on time; all False: the idle loop
+        # sleeps IDLE_WAIT.
         self.tick_hooks = []
         self.idle_wait = IDLE_WAIT   # the longest sleep of an idle turn (the backends read it)
         self.log = get_logger("reactor")

@@ -1,10 +1,11 @@
 """Portable reactor backend: non-blocking sockets on selectors (epoll / kqueue).
 
 Optimistic I/O: a connection tries recv/send first and registers interest only when
-the kernel says EAGAIN; accept runs until EAGAIN. One I/O turn: wait up to a second (less when a tick is due),
-then dispatch what is ready (the loop itself is ReactorBase.run). Bodies go out with
-the platform's sender (sendfile with MSG_MORE or TCP_CORK; Darwin's sendfile with the
-head in sf_hdtr, one syscall for both).
+the kernel says EAGAIN; accept runs until EAGAIN. One I/O turn: wait up to a second
+(ReactorBase.idle_wait: less while a tick hook wants its tick), then dispatch what is
+ready (the loop itself is ReactorBase.run). Bodies go out with the platform's sender
+(sendfile with MSG_MORE or TCP_CORK; Darwin's sendfile with the head in sf_hdtr, one
+syscall for both).
 """
 
 import errno
