@@ -67,9 +67,14 @@ class IndexDB:
         if writer:
             os.makedirs(self.path, exist_ok=True)
         try:
+            # meminit stays on (LMDB's default): with MDB_NOMEMINIT the unused part of
+            # each page LMDB mallocs is written to the file as the heap left it, and this
+            # heap held Hub tokens and API keys (lmdb.h, MDB_NOMEMINIT: "persisting
+            # leftover data from other code ... into the data file";
+            # tests/unit/test_index_no_heap_leftovers.py)
             self.env = lmdb.open(self.path, map_size=MAP_SIZE, max_dbs=len(_DBS),
                                  max_readers=MAX_READERS, readonly=not writer, create=writer,
-                                 subdir=True, lock=True, readahead=False, meminit=False)
+                                 subdir=True, lock=True, readahead=False, meminit=True)
         except lmdb.Error as e:
             raise IndexUnusable("cannot open the index %s: %s" % (self.path, e)) from None
         try:
