@@ -188,7 +188,18 @@ def footprint(pid, run, window, delay):
     t = threading.Thread(target=lambda: got.update(g=run()))
     t.start()
     time.sleep(delay)
-    pids = sorted(B.process_tree(pid))
+    touched = {}
+    # A window in which no process touched a page saw no load (on a busy machine the
+    # load can start late; an idle pulsys wakes once a second, docs/decisions/0023, so
+    # nothing else empties a window): sample again while the load runs.
+    while not touched and t.is_alive():
+        touched = _touched(sorted(B.process_tree(pid)), window)
+    t.join()
+    return got["g"], touched
+
+
+def _touched(pids, window):
+    """{pid: {mapping: KiB}} that each of `pids` touched in `window` seconds."""
     files = []
     for p in pids:
         try:
@@ -217,8 +228,7 @@ def footprint(pid, run, window, delay):
             touched[p] = dict(per.most_common())
     for f in files:
         f.close()
-    t.join()
-    return got["g"], touched
+    return touched
 
 
 SUMMED_EVENTS = ("context-switches", "irq_vectors:reschedule_entry", "ipi:ipi_send_cpu", "sched:sched_wakeup")
