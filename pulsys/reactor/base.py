@@ -56,6 +56,7 @@ _HITS = M.CACHE_HITS
 SWEEP = 1.0       # seconds between sweeps of the connections' timeouts
 TICK = 0.1        # seconds between a reactor's tick_hooks calls while it works
 IDLE_WAIT = 1.0   # longest sleep of an idle turn with no tick due (the sweep's period)
+HOOK_LOG_EVERY = 60.0   # seconds between two logs of the same tick hook's failures
 
 
 def _open_resume(conn):
@@ -108,6 +109,7 @@ class ReactorBase:
         # (docs/decisions/0023). True: call again on time; all False: the idle loop
         # sleeps IDLE_WAIT.
         self.tick_hooks = []
+        self._hook_logged = {}       # hook name -> when its next failure may be logged
         self.idle_wait = IDLE_WAIT   # the longest sleep of an idle turn (the backends read it)
         self.log = get_logger("reactor")
 
@@ -145,13 +147,18 @@ class ReactorBase:
     def tick(self):
         """Run every tick hook, on the loop's thread. -> True when one of them wants the
         next tick on time (the loop then sleeps at most TICK when idle)."""
-        more = False
+        more, now = False, self.now
         for hook in self.tick_hooks:
             try:
-                if hook(self.now):
+                if hook(now):
                     more = True
             except Exception:
-                self.log.exception("tick hook failed", hook=getattr(hook, "__qualname__", repr(hook)))
+                # a hook that keeps failing is logged once a HOOK_LOG_EVERY, not ten times
+                # a second
+                name = getattr(hook, "__qualname__", type(hook).__qualname__)
+                if now >= self._hook_logged.get(name, 0.0):
+                    self._hook_logged[name] = now + HOOK_LOG_EVERY
+                    self.log.exception("tick hook failed", hook=name)
         return more
 
     def log_formatter(self):
