@@ -188,14 +188,35 @@ def footprint(pid, run, window, delay):
     t = threading.Thread(target=lambda: got.update(g=run()))
     t.start()
     time.sleep(delay)
-    touched = {}
-    # A window in which no process touched a page saw no load (on a busy machine the
-    # load can start late; an idle pulsys wakes once a second, docs/decisions/0023, so
-    # nothing else empties a window): sample again while the load runs.
-    while not touched and t.is_alive():
-        touched = _touched(sorted(B.process_tree(pid)), window)
+    # A window in which the server's processes ran less than a fifth of it saw no load
+    # (on a busy machine the load can start late, and an idle pulsys touches next to
+    # nothing: docs/decisions/0023): sample again while the load runs.
+    while True:
+        pids = sorted(B.process_tree(pid))
+        ran = _cpu_ns(pids)
+        touched = _touched(pids, window)
+        used = _cpu_ns(pids) - ran
+        if not ran or used >= window * 0.2e9 or not t.is_alive():    # ran 0: no schedstat here
+            break
     t.join()
     return got["g"], touched
+
+
+def _cpu_ns(pids):
+    """Nanoseconds on a CPU of every thread of `pids` (proc(5): /proc/PID/task/TID/schedstat)."""
+    total = 0
+    for p in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % p)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (p, tid)) as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
 
 
 def _touched(pids, window):

@@ -453,6 +453,37 @@ def test_layout_profile_counts_every_process_of_a_two_process_server(tmp_path):
         assert s["kernel_events_per_request"]["context-switches"] > 0
 
 
+_LATE_SPINNER = """
+import time
+print("up", flush=True)
+time.sleep(0.4)                      # the load starts late
+buf = bytearray(8 << 20)
+end = time.monotonic() + 1.2
+while time.monotonic() < end:
+    for i in range(0, len(buf), 4096):
+        buf[i] = 1
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="counts touched pages in /proc")
+def test_footprint_waits_for_a_window_in_which_the_server_runs():
+    """profile_floors.footprint samples again while the window saw the server idle: here a
+    process that starts working 0.4 s after the load's start, sampled from 0 s on."""
+    import profile_floors
+    p = subprocess.Popen([sys.executable, "-c", _LATE_SPINNER], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"up\n"          # started: asleep from here
+        t0 = time.monotonic()
+        g, touched = profile_floors.footprint(p.pid, lambda: time.sleep(1.4) or {"requests": 1}, 0.05, 0.0)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+        p.wait()
+    assert g == {"requests": 1} and took >= 1.3
+    # the sample is from the spinning part: its 8 MiB buffer, touched page by page
+    assert sum(touched.get(p.pid, {}).values()) >= 1024, touched
+
+
 def test_profile_groups_shared_objects():
     import profile_warm
     assert profile_warm.dso_group("[kernel.kallsyms]") == "kernel"
