@@ -98,6 +98,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 import bench_compare  # noqa: E402
 import switch_cost  # noqa: E402
+from paired_ratios import median_quartiles  # noqa: E402
 from provenance import provenance, write_result  # noqa: E402
 
 from pulsys.testing.fake_hub import FakeHub  # noqa: E402
@@ -291,9 +292,7 @@ def cpu_ratios(rows, base_rows, together):
     if not pairs or any(x is None or not y for x, y in pairs):
         return None
     ratios = [x / y for x, y in pairs]
-    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
-    out = {"median": round(statistics.median(ratios), 4), "q1": round(q[0], 4), "q3": round(q[2], 4),
-           "n": len(ratios)}
+    out = median_quartiles(ratios)
     if together:
         out["by_start"] = [round(statistics.median(ratios[i:i + together]), 4)
                            for i in range(0, len(ratios), together)]

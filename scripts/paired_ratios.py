@@ -20,16 +20,23 @@ FIELDS = (("cpu", "server_cpu_us_per_req"), ("user", "server_user_us_per_req"),
           ("system", "server_system_us_per_req"))
 
 
+def median_quartiles(values):
+    """{median, q1, q3, n} of a non-empty list, rounded to 4 places (bench_warm's
+    within-round ratios too)."""
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
+    return {"median": round(statistics.median(values), 4), "q1": round(q[0], 4), "q3": round(q[2], 4),
+            "n": len(values)}
+
+
 def paired(a, b):
     """Per-round a/b and a-b over the rounds where both were read -> {median, q1, q3,
     diff_us, n}, or None when no round has both."""
     pairs = [(x, y) for x, y in zip(a, b) if x is not None and y]
     if not pairs:
         return None
-    ratios = [x / y for x, y in pairs]
-    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
-    return {"median": round(statistics.median(ratios), 4), "q1": round(q[0], 4), "q3": round(q[2], 4),
-            "diff_us": round(statistics.median(x - y for x, y in pairs), 4), "n": len(pairs)}
+    out = median_quartiles([x / y for x, y in pairs])
+    out["diff_us"] = round(statistics.median(x - y for x, y in pairs), 4)
+    return out
 
 
 def main(argv=None):

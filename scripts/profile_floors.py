@@ -192,31 +192,14 @@ def footprint(pid, run, window, delay):
     # (on a busy machine the load can start late, and an idle pulsys touches next to
     # nothing: docs/decisions/0023): sample again while the load runs.
     while True:
-        pids = sorted(B.process_tree(pid))
-        ran = _cpu_ns(pids)
-        touched = _touched(pids, window)
-        used = _cpu_ns(pids) - ran
-        if not ran or used >= window * 0.2e9 or not t.is_alive():    # ran 0: no schedstat here
+        ran = B.tree_run_seconds(pid)
+        touched = _touched(sorted(B.process_tree(pid)), window)
+        after = B.tree_run_seconds(pid)
+        # (None: no schedstat on this kernel; the window is taken as it is)
+        if ran is None or after is None or after[0] - ran[0] >= window * 0.2 or not t.is_alive():
             break
     t.join()
     return got["g"], touched
-
-
-def _cpu_ns(pids):
-    """Nanoseconds on a CPU of every thread of `pids` (proc(5): /proc/PID/task/TID/schedstat)."""
-    total = 0
-    for p in pids:
-        try:
-            tids = os.listdir("/proc/%d/task" % p)
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open("/proc/%d/task/%s/schedstat" % (p, tid)) as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-    return total
 
 
 def _touched(pids, window):
