@@ -17,7 +17,11 @@ are "other": freed objects, dict tables, frames, malloc'd buffers).
 
 Under lackey a server runs ~100-200x slower (pulsys takes ~25 min to start), so a turn
 finds about as many requests ready as the reference finds; instruction and data lines are
-counts of addresses, not timings, and do not depend on this machine's noise.
+counts of addresses, not timings, and do not depend on this machine's noise. Work on
+wall-clock timers (pulsys's tick, its access-log writer, the log's per-second timestamp)
+keeps real time meanwhile, so it lands in far more windows than natively: the quietest
+windows are the closest to the loop's own lines. The gc walk of pulsys's objects under
+lackey takes more than 15 minutes.
 
     python scripts/hot_lines.py                       # both servers
     python scripts/hot_lines.py --servers ref --windows 3
