@@ -50,6 +50,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_compare as B  # noqa: E402
+import bench_warm  # noqa: E402
 import provenance  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -159,9 +160,7 @@ def run_server(server, a, work, hub, body, exe, reader, env):
     headers = {}
     if server == "pulsys":
         cache = os.path.join(work, "cache")
-        key = subprocess.run([sys.executable, "-m", "pulsys", "keys", "create", "--cache-dir", cache, "--name", "b"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.strip()
-        headers["Authorization"] = "Bearer " + key
+        headers["Authorization"] = "Bearer " + bench_warm.create_key(cache)
         args = ["--listen", "127.0.0.1:%d" % port, "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", hub.url,
                 "--cache-dir", cache, "--allow-upstream-host", hub.cdn_netloc, "--log-format", "json",
                 "--auth", "required", "--iouring", "--listeners", "1"]
@@ -315,6 +314,10 @@ def attribute(lines_text, maps_text, objects_text=None, top=30):
         objs.append((int(addr, 16), int(size), label))
     objs.sort()
     ostarts = [o[0] for o in objs]
+    reach, end = [], 0       # reach[j]: the furthest end of objs[0..j] (a big buffer spans many lines)
+    for o in objs:
+        end = max(end, o[0] + o[1])
+        reach.append(end)
     syms = Symbols()
     by_map, by_fn, by_obj = collections.Counter(), collections.Counter(), collections.Counter()
     for line in lines_text.splitlines():
@@ -330,10 +333,11 @@ def attribute(lines_text, maps_text, objects_text=None, top=30):
         if kind == "I" and path.startswith("/"):
             by_fn["%s %s" % (name, syms.name(path, addr - start + off))] += 1
         if kind == "D" and objs and not path.startswith("/"):
+            # the last-starting object, among those starting in or before the line, that
+            # reaches into it; none once no earlier object reaches past the line's start
             j = bisect.bisect_right(ostarts, addr + 63) - 1
-            # the object reaching furthest among those starting in or before the line
             hit = None
-            while j >= 0 and objs[j][0] > addr - 4096:
+            while j >= 0 and reach[j] > addr:
                 if objs[j][0] + objs[j][1] > addr:
                     hit = objs[j][2]
                     break

@@ -81,3 +81,11 @@ def test_attribution_by_mapping_and_by_the_live_object_covering_a_line():
 def test_attribution_of_a_line_past_every_object_is_other():
     got = hot_lines.attribute("1 500200\n1 500080\n", MAPS, "500000 64 Conn -\n500080 16 bytes dict\n")
     assert dict(got["anonymous_data_lines_by_object"]) == {"other": 1, "bytes (in a dict)": 1}
+
+
+def test_attribution_reaches_lines_deep_inside_a_large_object():
+    # a 64 KiB buffer with small objects after its start: its last line is still its own
+    objects = "500000 65536 bytearray-buffer Conn\n500100 32 int -\n500200 32 int -\n"
+    got = hot_lines.attribute("1 50ffc0\n1 500100\n1 510000\n", MAPS, objects)
+    assert dict(got["anonymous_data_lines_by_object"]) == {"bytearray-buffer (in a Conn)": 1, "int": 1,
+                                                           "other": 1}
