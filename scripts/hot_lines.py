@@ -11,17 +11,21 @@ requests, what one of `--listeners 2`'s reactors serves in ~2 ms on this machine
 client's requests a window come from the server's sockets' byte counts, read while the
 server stands still before the first window and after the last. One window's lines are
 attributed to mappings, to functions (instruction lines: `nm` and `readelf`) and, in
-pulsys, to the Python objects that cover them (a gc walk in the server after the windows:
-every tracked object and the untracked objects it refers to; lines no live object covers
-are "other": freed objects, dict tables, frames, malloc'd buffers).
+pulsys, to the Python objects that cover them (a walk in the server after the windows of
+what its reactors reach, not through modules or types; lines no such object covers are
+"other": freed objects, dict tables, frames, malloc'd buffers, what only modules hold).
 
 Under lackey a server runs ~100-200x slower (pulsys takes ~25 min to start), so a turn
 finds about as many requests ready as the reference finds; instruction and data lines are
 counts of addresses, not timings, and do not depend on this machine's noise. Work on
-wall-clock timers (pulsys's tick, its access-log writer, the log's per-second timestamp)
-keeps real time meanwhile, so it lands in far more windows than natively: the quietest
-windows are the closest to the loop's own lines. The gc walk of pulsys's objects under
-lackey takes more than 15 minutes.
+wall-clock timers would keep real time meanwhile and land in far more windows than
+natively, so pulsys's loop timers (its tick, sweep, fold idle and age, and access-log
+writer interval) are slowed by --timer-scale (1000: a tick in a window is as rare as
+natively). The access log's per-second timestamp text is not: a window of ~10 s under
+lackey makes ~10 of them. The quietest window after the first is attributed. Each line is
+also marked recurring when the window before touched it too: that set is what a reactor
+takes back on every turn, where the others (text written once, ring entries) are new to
+it anyway.
 
     python scripts/hot_lines.py                       # both servers
     python scripts/hot_lines.py --servers ref --windows 3
@@ -58,32 +62,59 @@ SIZE = 4096
 PATH = "/%s/resolve/main/f%d.bin" % (B.REPO, SIZE)
 # pulsys under valgrind: the index's 256 GiB LMDB map is more address space than valgrind
 # can reserve (a warm hit from the answer memo reads no index page), and SIGUSR1 writes the
-# live objects (address, size, type, referrer's type) for the attribution.
+# objects reachable from the reactors (address, size, type, referrer's type) that cover a
+# line of <objects>.want (sorted addresses, hex) for the attribution.
 BOOT = r"""
-import gc, os, runpy, signal, sys, ctypes
+import bisect, gc, os, runpy, signal, sys, ctypes
 import pulsys.cache.indexdb as i
 i.MAP_SIZE = 1 << 30
+# the loop's timers, slowed as lackey slows the loop (HOT_LINES_TIMER_SCALE, 1: as built)
+import pulsys.log, pulsys.reactor.base as b, pulsys.reactor.uring as u
+k = float(os.environ.get("HOT_LINES_TIMER_SCALE", "1"))
+for mod, names in ((b, ("TICK", "SWEEP", "IDLE_WAIT", "HOOK_LOG_EVERY")), (u, ("FOLD_IDLE", "FOLD_AGE"))):
+    for name in names:
+        setattr(mod, name, getattr(mod, name) * k)
+W = pulsys.log.AccessLogWriter
+W.__init__.__defaults__ = W.__init__.__defaults__[:-1] + (W.__init__.__defaults__[-1] * k,)
+REACTORS = []
+_init = u.UringReactor.__init__
+def init(self, *args, **kw):
+    REACTORS.append(self)
+    _init(self, *args, **kw)
+u.UringReactor.__init__ = init
 def dump(sig, frame):
-    seen, out = set(), []
-    def rec(o, owner):
-        if id(o) in seen:
-            return
+    # the objects reachable from the reactors, breadth first, not through modules, their
+    # dicts or types (the rest of the process: a walk of every object under lackey took
+    # more than 40 minutes); each written when it covers a wanted line
+    import collections, types
+    path = os.environ["HOT_LINES_OBJECTS"]
+    with open(path + ".want") as f:
+        want = [int(x, 16) for x in f.read().split()]
+    find, n = bisect.bisect_right, len(want)
+    stop = {id(m.__dict__) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
+    seen, out, todo = set(stop), [], collections.deque((r, "-") for r in REACTORS)
+    def covers(addr, size):
+        j = find(want, addr - 64)
+        return j < n and want[j] < addr + size
+    while todo and len(seen) < 500000:
+        o, owner = todo.popleft()
+        if id(o) in seen or isinstance(o, (type, types.ModuleType)):
+            continue
         seen.add(id(o))
         try:
             size = sys.getsizeof(o)
         except Exception:
             size = 16
-        out.append("%x %d %s %s" % (id(o), size, type(o).__name__, owner))
+        name = type(o).__name__
+        if covers(id(o), size):
+            out.append("%x %d %s %s" % (id(o), size, name, owner))
         if isinstance(o, bytearray) and len(o):
             b = (ctypes.c_char * 1).from_buffer(o)
-            out.append("%x %d bytearray-buffer %s" % (ctypes.addressof(b), len(o), owner))
+            if covers(ctypes.addressof(b), len(o)):
+                out.append("%x %d bytearray-buffer %s" % (ctypes.addressof(b), len(o), owner))
             del b
-    for o in gc.get_objects():
-        rec(o, "-")
         for r in gc.get_referents(o):
-            if not gc.is_tracked(r):
-                rec(r, type(o).__name__)
-    path = os.environ["HOT_LINES_OBJECTS"]
+            todo.append((r, name))
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out) + "\n")
     os.rename(path + ".tmp", path)
@@ -153,8 +184,8 @@ def wait_file(path, procs, timeout):
 
 
 def run_server(server, a, work, hub, body, exe, reader, env):
-    """One server under lackey. -> (windows, requests a window, head bytes, maps text, dumped
-    lines, objects text or None)."""
+    """One server under lackey. -> (windows, requests a window, head bytes, maps text, the
+    attributed window's index and lines, objects text or None)."""
     ctl = tempfile.mkdtemp(prefix="ctl-", dir=work)
     port, admin = B.free_port(), B.free_port()
     headers = {}
@@ -172,7 +203,7 @@ def run_server(server, a, work, hub, body, exe, reader, env):
                 try:
                     request(port, PATH, headers)
                     break
-                except (OSError, SystemExit):
+                except OSError:     # not listening yet; a wrong answer (SystemExit) ends the run
                     time.sleep(0.1)
             else:
                 raise SystemExit("hot_lines: error: pulsys did not fill the file")
@@ -180,7 +211,7 @@ def run_server(server, a, work, hub, body, exe, reader, env):
             native.terminate()
             native.wait(60)
         cmd = [sys.executable, "-c", BOOT] + args
-        env = dict(env, HOT_LINES_OBJECTS=os.path.join(ctl, "objects"))
+        env = dict(env, HOT_LINES_OBJECTS=os.path.join(ctl, "objects"), HOT_LINES_TIMER_SCALE=str(a.timer_scale))
     else:
         files = os.path.join(work, "files")
         os.makedirs(files, exist_ok=True)
@@ -189,7 +220,7 @@ def run_server(server, a, work, hub, body, exe, reader, env):
         cmd = [sys.executable, os.path.join(B.REFERENCE_DIR, "uring_min_server.py"), str(port), files, "mem"]
     url = PATH if server == "pulsys" else "/files/f%d.bin" % SIZE
     r, w = os.pipe()
-    filt = subprocess.Popen([reader, str(a.window_enters), str(a.windows), ctl, str(a.dump_window)],
+    filt = subprocess.Popen([reader, str(a.window_enters), str(a.windows), ctl],
                             stdin=r, stdout=subprocess.PIPE, text=True)
     os.close(r)
     srv = subprocess.Popen(B.pin(0) + ["valgrind", "--tool=lackey", "--trace-mem=yes", "--trace-syscalls=yes",
@@ -220,12 +251,20 @@ def run_server(server, a, work, hub, body, exe, reader, env):
             wait_file(os.path.join(ctl, "pause.%d" % n), running, 3000)
             time.sleep(0.3)       # the pipe is full and the server stands still
             sent.append(bytes_sent(port))
-            if n == 1:
-                with open("/proc/%d/maps" % srv.pid) as f:
-                    maps = f.read()
-            open(os.path.join(ctl, "go.%d" % n), "w").close()
+            if n == 0:
+                open(os.path.join(ctl, "go.0"), "w").close()
+        with open("/proc/%d/maps" % srv.pid) as f:
+            maps = f.read()
+        # every window has been printed before pause.1
+        windows = [parse_window(filt.stdout.readline()) for _ in range(a.windows)]
+        pick = quietest(windows) if a.dump_window is None else a.dump_window
+        with open(os.path.join(ctl, "lines.%d" % pick)) as f:
+            lines = f.read()
+        open(os.path.join(ctl, "go.1"), "w").close()
         objects = None
         if server == "pulsys":
+            with open(env["HOT_LINES_OBJECTS"] + ".want", "w") as f:
+                f.write("\n".join("%x" % x for x in anon_data_lines(lines, maps)) + "\n")
             os.kill(srv.pid, signal.SIGUSR1)
             wait_file(env["HOT_LINES_OBJECTS"], running, 3000)
             with open(env["HOT_LINES_OBJECTS"]) as f:
@@ -240,13 +279,17 @@ def run_server(server, a, work, hub, body, exe, reader, env):
         except subprocess.TimeoutExpired:
             srv.kill()
             srv.wait(60)
-        out = filt.communicate(timeout=600)[0]
-    windows = [dict(zip(("i", "d", "accesses"), map(int, m)))
-               for m in re.findall(r"^W \d+ I (\d+) D (\d+) accesses (\d+)$", out, re.M)]
-    with open(os.path.join(ctl, "lines")) as f:
-        lines = f.read()
+        filt.communicate(timeout=600)
     per = (sent[1] - sent[0]) / (SIZE + head) / a.windows
-    return windows, per, head, maps, lines, objects
+    return windows, per, head, maps, pick, lines, objects
+
+
+def parse_window(line):
+    """The reader's "W <k> I <n> D <n> RI <n> RD <n> accesses <n>" -> {i, d, ri, rd, accesses}."""
+    m = re.match(r"W \d+ I (\d+) D (\d+) RI (\d+) RD (\d+) accesses (\d+)$", line.strip())
+    if not m:
+        raise SystemExit("hot_lines: error: the trace reader wrote %r" % line)
+    return dict(zip(("i", "d", "ri", "rd", "accesses"), map(int, m.groups())))
 
 
 def parse_maps(text):
@@ -302,9 +345,17 @@ class Symbols:
         return names[j] if j >= 0 else "?"
 
 
+def _tally(counter, top=None):
+    """{key: [lines, recurring]} -> [(key, lines, recurring)], most lines first."""
+    rows = sorted(((k, n, r) for k, (n, r) in counter.items()), key=lambda x: (-x[1], x[0]))
+    return rows if top is None else rows[:top]
+
+
 def attribute(lines_text, maps_text, objects_text=None, top=30):
-    """One window's lines by mapping, instruction lines by function, and data lines in
-    anonymous memory by the live object that covers them."""
+    """One window's lines ("<0 I|1 D> <address hex> [<1 recurring>]") by mapping,
+    instruction lines by function, and data lines in anonymous memory by the live object
+    that covers them; each as (what, lines, of them recurring: the window before touched
+    them too)."""
     maps = parse_maps(maps_text)
     starts = [m[0] for m in maps]
     objs = []
@@ -319,19 +370,22 @@ def attribute(lines_text, maps_text, objects_text=None, top=30):
         end = max(end, o[0] + o[1])
         reach.append(end)
     syms = Symbols()
-    by_map, by_fn, by_obj = collections.Counter(), collections.Counter(), collections.Counter()
+    new = lambda: [0, 0]     # noqa: E731
+    by_map, by_fn, by_obj = (collections.defaultdict(new) for _ in range(3))
     for line in lines_text.splitlines():
-        kind, addr = line.split()
-        kind, addr = ("I" if kind == "0" else "D"), int(addr, 16)
+        p = line.split()
+        kind, addr, recur = ("I" if p[0] == "0" else "D"), int(p[1], 16), int(p[2]) if len(p) > 2 else 0
         i = bisect.bisect_right(starts, addr) - 1
         if i >= 0 and addr < maps[i][1]:
             start, _, off, path, perms = maps[i]
         else:
             start, off, path, perms = addr, 0, "[unmapped]", ""
         name = path.rsplit("/", 1)[-1]
-        by_map["%s %s %s" % (kind, perms, name)] += 1
+        keys = ["%s %s %s" % (kind, perms, name)]
+        tallies = [by_map]
         if kind == "I" and path.startswith("/"):
-            by_fn["%s %s" % (name, syms.name(path, addr - start + off))] += 1
+            keys.append("%s %s" % (name, syms.name(path, addr - start + off)))
+            tallies.append(by_fn)
         if kind == "D" and objs and not path.startswith("/"):
             # the last-starting object, among those starting in or before the line, that
             # reaches into it; none once no earlier object reaches past the line's start
@@ -342,11 +396,38 @@ def attribute(lines_text, maps_text, objects_text=None, top=30):
                     hit = objs[j][2]
                     break
                 j -= 1
-            by_obj[hit or "other"] += 1
-    return {"by_mapping": by_map.most_common(),
-            "instruction_lines_by_function": by_fn.most_common(top),
+            keys.append(hit or "other")
+            tallies.append(by_obj)
+        for k, t in zip(keys, tallies):
+            t[k][0] += 1
+            t[k][1] += recur
+    return {"by_mapping": _tally(by_map),
+            "instruction_lines_by_function": _tally(by_fn, top),
             "functions": len(by_fn),
-            "anonymous_data_lines_by_object": by_obj.most_common(top) if objs else None}
+            "anonymous_data_lines_by_object": _tally(by_obj, top) if objs else None}
+
+
+def anon_data_lines(lines_text, maps_text):
+    """-> the sorted addresses of a window's data lines outside mapped files (what the
+    server's object walk looks for)."""
+    maps = parse_maps(maps_text)
+    starts = [m[0] for m in maps]
+    out = []
+    for line in lines_text.splitlines():
+        p = line.split()
+        if p[0] != "1":
+            continue
+        addr = int(p[1], 16)
+        i = bisect.bisect_right(starts, addr) - 1
+        if not (i >= 0 and addr < maps[i][1] and maps[i][3].startswith("/")):
+            out.append(addr)
+    return sorted(out)
+
+
+def quietest(windows):
+    """-> the index of the window with the fewest lines among those with one before it
+    (the others hold the timers' work, which lackey's slowness puts in most windows)."""
+    return min(range(1, len(windows)), key=lambda k: windows[k]["i"] + windows[k]["d"])
 
 
 def main():
@@ -355,16 +436,22 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--window-enters", type=int, default=8, help="io_uring_enter calls a window (default 8)")
     ap.add_argument("--windows", type=int, default=6)
-    ap.add_argument("--dump-window", type=int, default=2, help="the window whose lines are attributed")
+    ap.add_argument("--dump-window", type=int, help="the window whose lines are attributed (default: the "
+                    "quietest after the first)")
     ap.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the windows")
+    ap.add_argument("--timer-scale", type=float, default=1000.0,
+                    help="pulsys's loop timers (tick, sweep, fold idle and age, access-log writer) run this "
+                         "many times slower, as lackey slows the loop (default 1000; 1: as built)")
     ap.add_argument("--name", default="hot_lines")
     ap.add_argument("--out-dir")
     a = ap.parse_args()
     servers = [s for s in a.servers.split(",") if s]
     if not servers or any(s not in ("pulsys", "ref") for s in servers):
         ap.error("--servers: a comma list of pulsys and ref")
-    if not 0 <= a.dump_window < a.windows or a.window_enters < 1 or a.connections < 1:
-        ap.error("--dump-window must be one of the windows; --window-enters and --connections above 0")
+    if a.dump_window is not None and not 0 <= a.dump_window < a.windows or a.windows < 2 \
+            or a.window_enters < 1 or a.connections < 1:
+        ap.error("--dump-window must be one of the windows; --windows above 1; --window-enters and "
+                 "--connections above 0")
     for tool in ("valgrind", "nm", "readelf", "ss"):
         if not shutil.which(tool):
             raise SystemExit("hot_lines: error: %s not found (apt-get install valgrind binutils iproute2)" % tool)
@@ -384,20 +471,21 @@ def main():
         hub.add_repo(B.REPO, files={"f%d.bin" % SIZE: body}, lfs={"f%d.bin" % SIZE})
         doc = {"servers": {}}
         for server in servers:
-            windows, per, head, maps, lines, objects = run_server(server, a, work, hub, body, exe, reader, env)
+            windows, per, head, maps, pick, lines, objects = run_server(server, a, work, hub, body, exe, reader,
+                                                                        env)
             doc["servers"][server] = {
                 "windows": windows, "requests_a_window": round(per, 1), "response_head_bytes": head,
-                "dumped_window": a.dump_window, "attribution": attribute(lines, maps, objects)}
-            w = windows[a.dump_window]
-            say("%s: %.1f requests a window; window %d: %d instruction lines, %d data lines"
-                % (server, per, a.dump_window, w["i"], w["d"]))
+                "attributed_window": pick, "attribution": attribute(lines, maps, objects)}
+            w = windows[pick]
+            say("%s: %.1f requests a window; window %d: %d instruction lines (%d recurring), %d data lines "
+                "(%d recurring)" % (server, per, pick, w["i"], w["ri"], w["d"], w["rd"]))
     finally:
         if hub is not None:
             hub.stop()
         shutil.rmtree(work, ignore_errors=True)
     doc["provenance"] = provenance.provenance(
         counter="valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes (user space, every thread)",
-        connections=a.connections, window_enters=a.window_enters, size=SIZE,
+        connections=a.connections, window_enters=a.window_enters, size=SIZE, timer_scale=a.timer_scale,
         binding=os.path.basename(os.environ.get("PULSYS_BENCH_LIBURING_WHEEL", "installed")))
     path = provenance.write_result("%s_%s.json" % (a.name, datetime.date.today().isoformat()), doc, a.out_dir)
     say("wrote " + path)
