@@ -98,7 +98,8 @@ class FusedHitRig:
             self.view.lookup(self.target, time.monotonic())
 
     def deliver(self):
-        """One recv completion, then the end of its turn (as UringReactor's turn)."""
+        """One recv completion, then the end of its turn (as UringReactor's turn) and a
+        tick (its histogram and log text, UringReactor.turn_work)."""
         n = len(self.req)
         self.conn.rbuf[0:n] = self.req
         self.conn.inflight += 1
@@ -107,6 +108,7 @@ class FusedHitRig:
         self.dispatch(self.tag, n, 0)
         if r._turn_hits:
             r.fold_hits()
+        r.turn_work()
 
     def close(self):
         for s in self.sockets:

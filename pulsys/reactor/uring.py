@@ -40,6 +40,7 @@ _SEND_FROM_RECV = OP_SEND - OP_RECV     # a connection's send tag from its recv 
 FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits)
 FOLD_IDLE = 0.001   # a pause in the load this long folds them (the counters lag by it at most)
 FOLD_AGE = 0.01     # and so does the first of them being this old when the loop would sleep
+FOLDS_HELD = 256    # folds whose per-turn work waits for the tick at most (turn_work)
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
                                                   M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
@@ -77,6 +78,8 @@ class UringReactor(ReactorBase):
         self._turn_hit = self._turn_hits.append
         self._turn_marks = []                # per turn among them: (t0, seconds, end index)
         self._turn_counts = {}               # fold_hits: Answer -> its hits in the fold
+        self._held = []                      # folds whose per-turn work waits (turn_work)
+        self.tick_hooks.append(self._turn_work_hook)
         if self.access is not None:
             self.access = self._after_fold(self.access, self.log_formatter())
         self.submit = self._after_fold(self.submit)
@@ -124,8 +127,8 @@ class UringReactor(ReactorBase):
         the GIL (-> True unless the timeout passed), then reap. Then mark this turn's
         fused hits and run the posts. Under load the turn is the loop's whole pass, paid
         once per batch of completions: one Python call to the ring, none for the mailbox
-        or the access log (fold_hits formats its text), the enters counted by the ring
-        (scripts/ops_per_request.py counts a pass's bytecodes)."""
+        or the access log (turn_work makes its text at the tick), the enters counted by
+        the ring (scripts/ops_per_request.py counts a pass's bytecodes)."""
         # the turn runs once per loop pass: what it uses is bound here, once
         cycle, reap, dispatch = self.ring.cycle, self.ring.reap, self.dispatch
         posts, drain, me = self.mailbox.queue, self.mailbox.drain, self
@@ -158,16 +161,18 @@ class UringReactor(ReactorBase):
         return turn
 
     def _after_fold(self, fn, then=None):
-        """fn(x), called once the fused hits served before it are folded; then then().
-        For the general step's access-log append (then: its formatter, log_formatter):
-        the log keeps the order in which requests were answered. For the submit of a
-        Job: a fill may evict, and the Space's victims follow the last-served times
-        (cache/recency.py) that the fold records."""
-        hits, fold = self._turn_hits, self.fold_hits
+        """fn(x), called once the fused hits served before it are folded and their turns'
+        texts made (turn_work); then then(). For the general step's access-log append
+        (then: its formatter, log_formatter): the log keeps the order in which requests
+        were answered. For the submit of a Job: a fill may evict, and the Space's victims
+        follow the last-served times (cache/recency.py) that the fold records."""
+        hits, fold, held, work = self._turn_hits, self.fold_hits, self._held, self.turn_work
 
         def call(x):
             if hits:
                 fold()
+            if held:
+                work()
             fn(x)
             if then is not None:
                 then()
@@ -176,6 +181,8 @@ class UringReactor(ReactorBase):
     def io_close(self):
         if self._turn_hits:
             self.fold_hits()
+        if self._held:
+            self.turn_work()
         ring = self.ring
         ring.submit()
         if self.epoll is not None:
@@ -448,7 +455,8 @@ class UringReactor(ReactorBase):
             self.advance(conn)
 
     def fold_hits(self):
-        """Count and log the fused hits served since the last fold, in one pass.
+        """Count the fused hits served since the last fold, in one pass, and hold their
+        turns for turn_work (the histogram and the access log).
 
         A turn's sends are all submitted by the next turn's first io_uring_enter, so its
         hits share one time: each started when the turn began (`now`, taken once after
@@ -459,9 +467,9 @@ class UringReactor(ReactorBase):
         folds at FOLD_AT hits; when it would sleep and no completion came for FOLD_IDLE
         (the load paused: the sends just submitted travel meanwhile) or the first unfolded
         turn is FOLD_AGE old (a trickle of requests that never pauses that long); before
-        the general step logs a request or submits a Job (_after_fold); and at close. So the counters
-        and the log lag the answers by a millisecond when load stops and by FOLD_AGE or
-        FOLD_AT hits under load. The bookkeeping runs once per fold instead of once per
+        the general step logs a request or submits a Job (_after_fold); and at close. So
+        the counters lag the answers by a millisecond when load stops and by FOLD_AGE or
+        FOLD_AT hits under load (the histogram and the log by a tick more). The bookkeeping runs once per fold instead of once per
         turn, where it cost ~27,600 instructions (CPython 3.11, valgrind), twice a hit's
         own ~12,800; folded before every sleep it was still once a request at one
         connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers
@@ -495,15 +503,42 @@ class UringReactor(ReactorBase):
         c[_BYTES] += nbytes
         c[_FUSED] += fused
         c[_HITS] += cached
-        M.observe_turns(c, H_WARM, marks)
-        acc = self.access_log
-        if acc is not None:
-            acc.add_turns(hits, marks, counts)   # the writer's, once it drains acc
-            if acc.buffered() >= acc.BATCH:
-                acc.format_ready()       # (the loop's pass leaves this to the fold)
+        held = self._held
+        held.append((hits[:], marks[:], list(counts)))    # (copies made in C)
+        if len(held) >= FOLDS_HELD:
+            self.turn_work()
         counts.clear()
         hits.clear()
         marks.clear()
+
+    def turn_work(self):
+        """What the folds held since the last tick do turn by turn: each turn's hits into
+        the latency histogram, and the access log's text of each turn (its timestamp and
+        duration on every line). Run on the reactor's tick (every TICK while it works),
+        before the general step logs a request or submits a Job (_after_fold), when
+        FOLDS_HELD folds wait, and at close: so the histogram and the log lag the answers
+        by a tick at most, where the counters lag by a fold. Made at each fold, the
+        turns' texts and histogram cost --listeners 2 most of what the access log costs
+        it, 1.5-2% of the server's CPU a request against --listeners 1; made a tick's
+        worth at a time, their code and data stay cache-warm for the whole run of them
+        instead of being taken back after the other reactor ran (deferlog_c64.json,
+        docs/benchmarks.md, issue 18, nineteenth day)."""
+        held, c, acc = self._held, self.counters, self.access_log
+        observe = M.observe_turns
+        for hits, marks, distinct in held:
+            observe(c, H_WARM, marks)
+            if acc is not None:
+                acc.add_turns(hits, marks, distinct)   # the writer's, once it drains acc
+        held.clear()
+        if acc is not None and acc.buffered() >= acc.BATCH:
+            acc.format_ready()
+
+    def _turn_work_hook(self, now):
+        # a tick hook (ReactorBase.tick_hooks): True while folds came since the last tick
+        if self._held:
+            self.turn_work()
+            return True
+        return False
 
     def _hit_file(self, conn, a, t0):
         """A remembered answer whose body is read from the blob file (sizes above the

@@ -259,11 +259,15 @@ def test_a_turn_of_fused_hits_is_counted_like_the_general_step(rig):
     assert size == len(general)
     assert d[M.REQUESTS] == d[M.CACHE_HITS] == d[M.FUSED_HEAD_BODY] == n
     assert d[M.BYTES_SERVED] == n * size and d[M.URING_SQES] == 2 * n
-    assert sum(d[M.H_WARM:M.H_WARM_SUM]) == n
     (tally,) = r.downloads.values()
     assert tally // ONE == n and tally & BYTES == n * size
     assert r.served == {"sha256/" + SHA: r.now}
-    assert log.buffered() == n and len(log.buf) == 1 and not r._turn_hits
+    # the turn's histogram and log text wait for the reactor's tick (turn_work)
+    assert sum(d[M.H_WARM:M.H_WARM_SUM]) == 0 and log.buffered() == 0 and not r._turn_hits
+    assert r._turn_work_hook(r.now) is True and r._turn_work_hook(r.now) is False
+    d = [a - b for a, b in zip(r.counters, before)]
+    assert sum(d[M.H_WARM:M.H_WARM_SUM]) == n
+    assert log.buffered() == n and len(log.buf) == 1
 
 
 def test_a_fused_hit_that_fails_accounts_for_its_recv_and_closes_only_its_connection(rig):
@@ -311,12 +315,15 @@ def test_turns_folded_together_count_each_turns_duration(rig):
     r.fold_hits()
     d = [a - b for a, b in zip(r.counters, before)]
     assert d[M.REQUESTS] == d[M.FUSED_HEAD_BODY] == 5
+    assert not r._turn_hits and not r._turn_marks and len(r._held) == 1
+    # a request of the general step logged now comes after them: its append makes their
+    # texts (and histogram) first, without waiting for the tick
+    r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
+    assert not r._held
+    d = [a - b for a, b in zip(r.counters, before)]
     hist = d[M.H_WARM:M.H_WARM_SUM]
     assert hist[M.LATENCY_BOUNDS.index(0.00025)] == 2 and hist[M.LATENCY_BOUNDS.index(0.005)] == 3
     assert sum(hist) == 5 and d[M.H_WARM_SUM] == 2 * 200 + 3 * 3000
-    assert not r._turn_hits and not r._turn_marks
-    # a request of the general step logged now comes after them
-    r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
     w.flush()
     lines = [json.loads(l) for l in out.getvalue().splitlines()]
     assert [l["duration_ms"] for l in lines] == [0.2, 0.2, 3.0, 3.0, 3.0, 1.0]
@@ -339,6 +346,26 @@ def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
     r.access((time.monotonic(), ("GET", "/general", 404, 0, "miss"), 0.001))
     assert r.counters[M.REQUESTS] == requests + 2 and not r._turn_hits
     assert log.buffered() == 3 and log.buf[-1][1][1] == "/general"
+
+
+def test_held_folds_make_their_turns_texts_without_a_tick_once_folds_held_wait(rig, monkeypatch):
+    # a reactor whose tick is late (a long turn) holds at most FOLDS_HELD folds' turns
+    from pulsys.log import AccessLog, AccessLogWriter
+    from pulsys.reactor import uring
+    monkeypatch.setattr(uring, "FOLDS_HELD", 3)
+    r, conn = rig.reactor, rig.conn
+    served(rig)
+    log = AccessLog()
+    AccessLogWriter([log], "json", None)
+    r.access_log, r.access = log, r._after_fold(log.append)
+    for k in range(1, 4):
+        r.now = time.monotonic()
+        conn.rbuf[0:len(GET)] = GET
+        conn.inflight += 1
+        rig.dispatch(rig.tag, len(GET), 0)
+        r.fold_hits()
+        assert len(r._held) == k % 3 and log.buffered() == (3 if k == 3 else 0)
+    assert sum(r.counters[M.H_WARM:M.H_WARM_SUM]) == 3 + 1    # and the general step's first
 
 
 def test_a_job_is_submitted_after_the_fused_hits_answered_before_it(rig):
