@@ -517,12 +517,13 @@ class UringReactor(ReactorBase):
         duration on every line). Run on the reactor's tick (every TICK while it works),
         before the general step logs a request or submits a Job (_after_fold), when
         FOLDS_HELD folds wait, and at close: so the histogram and the log lag the answers
-        by a tick at most, where the counters lag by a fold. Made at each fold, the
-        turns' texts and histogram cost --listeners 2 most of what the access log costs
-        it, 1.5-2% of the server's CPU a request against --listeners 1; made a tick's
-        worth at a time, their code and data stay cache-warm for the whole run of them
-        instead of being taken back after the other reactor ran (deferlog_c64.json,
-        docs/benchmarks.md, issue 18, nineteenth day)."""
+        by a tick at most, where the counters lag by a fold. Made at each fold, among
+        the turns of a loop whose caches another reactor on the CPU keeps taking, they
+        were most of what the access log adds to --listeners 2 against --listeners 1;
+        made a tick's worth at a time, their code and data stay warm through the run of
+        them: the server's CPU a 4 KiB request 0.4-1.5% less with one reactor, 1.1-3.9%
+        less with two (turnwork_c64.json, deferlog*_c64.json; docs/benchmarks.md, issue
+        18, nineteenth day)."""
         held, c, acc = self._held, self.counters, self.access_log
         observe = M.observe_turns
         for hits, marks, distinct in held:
