@@ -21,7 +21,8 @@ counts of addresses, not timings, and do not depend on this machine's noise. Wor
 wall-clock timers would keep real time meanwhile and land in far more windows than
 natively, so pulsys's loop timers (its tick, sweep, fold idle and age, and access-log
 writer interval) are slowed by --timer-scale (1000: a tick in a window is as rare as
-natively). The access log's per-second timestamp text is not: a window of ~10 s under
+natively), its loop's sleeps capped at a second (valgrind keeps its lock through a
+blocking ctypes call: longer sleeps starve the other threads, and startup took >30 min). The access log's per-second timestamp text is not: a window of ~10 s under
 lackey makes ~10 of them. The quietest window after the first is attributed. Each line is
 also marked recurring when the window before touched it too: that set is what a reactor
 takes back on every turn, where the others (text written once, ring entries) are new to
@@ -68,14 +69,18 @@ BOOT = r"""
 import bisect, gc, os, runpy, signal, sys, ctypes
 import pulsys.cache.indexdb as i
 i.MAP_SIZE = 1 << 30
-# the loop's timers, slowed as lackey slows the loop (HOT_LINES_TIMER_SCALE, 1: as built)
+# the loop's timers, slowed as lackey slows the loop (HOT_LINES_TIMER_SCALE, 1: as built);
+# but no sleep of the loop longer than a second: valgrind holds its lock through the
+# ring's blocking wait (a ctypes call), so the process's other threads would not run
 import pulsys.log, pulsys.reactor.base as b, pulsys.reactor.uring as u
 k = float(os.environ.get("HOT_LINES_TIMER_SCALE", "1"))
-for mod, names in ((b, ("TICK", "SWEEP", "IDLE_WAIT", "HOOK_LOG_EVERY")), (u, ("FOLD_IDLE", "FOLD_AGE"))):
+for mod, names in ((b, ("TICK", "SWEEP", "HOOK_LOG_EVERY")), (u, ("FOLD_IDLE", "FOLD_AGE"))):
     for name in names:
         setattr(mod, name, getattr(mod, name) * k)
 W = pulsys.log.AccessLogWriter
 W.__init__.__defaults__ = W.__init__.__defaults__[:-1] + (W.__init__.__defaults__[-1] * k,)
+_turn = u.UringReactor._turn
+u.UringReactor._turn = lambda self, sleep: _turn(self, lambda t: sleep(min(t, 1.0)))
 REACTORS = []
 _init = u.UringReactor.__init__
 def init(self, *args, **kw):
@@ -441,7 +446,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the windows")
     ap.add_argument("--timer-scale", type=float, default=1000.0,
                     help="pulsys's loop timers (tick, sweep, fold idle and age, access-log writer) run this "
-                         "many times slower, as lackey slows the loop (default 1000; 1: as built)")
+                         "many times slower, as lackey slows the loop; its sleeps stay at most 1 s (default "
+                         "1000; 1: as built)")
     ap.add_argument("--name", default="hot_lines")
     ap.add_argument("--out-dir")
     a = ap.parse_args()
