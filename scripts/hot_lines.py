@@ -22,11 +22,12 @@ wall-clock timers would keep real time meanwhile and land in far more windows th
 natively, so pulsys's loop timers (its tick, sweep, fold idle and age, and access-log
 writer interval) are slowed by --timer-scale (1000: a tick in a window is as rare as
 natively), its loop's sleeps capped at a second (valgrind keeps its lock through a
-blocking ctypes call: longer sleeps starve the other threads, and startup took >30 min). The access log's per-second timestamp text is not: a window of ~10 s under
-lackey makes ~10 of them. The quietest window after the first is attributed. Each line is
-also marked recurring when the window before touched it too: that set is what a reactor
-takes back on every turn, where the others (text written once, ring entries) are new to
-it anyway.
+blocking ctypes call: longer sleeps starve the other threads, and startup took >30
+min). The access log's per-second timestamp text is not: a window of ~10 s under lackey
+makes ~10 of them. The quietest window after the first is attributed. Each line is also
+marked recurring when the window before touched it too: that set is what a reactor takes
+back on every turn, where the others (text written once, ring entries) are new to it
+anyway.
 
     python scripts/hot_lines.py                       # both servers
     python scripts/hot_lines.py --servers ref --windows 3
@@ -308,6 +309,16 @@ def parse_maps(text):
     return out
 
 
+def mapping_of(maps, starts, addr):
+    """-> (start, file offset, path, perms) of the mapping of parse_maps that holds addr
+    (`starts` its starts), or (addr, 0, "[unmapped]", "")."""
+    i = bisect.bisect_right(starts, addr) - 1
+    if i >= 0 and addr < maps[i][1]:
+        start, _, off, path, perms = maps[i]
+        return start, off, path, perms
+    return addr, 0, "[unmapped]", ""
+
+
 class Symbols:
     """Function names of code addresses, from the files' symbol tables (nm) and their load
     segments (readelf: a segment's addresses are its file offsets plus p_vaddr - p_offset)."""
@@ -380,11 +391,7 @@ def attribute(lines_text, maps_text, objects_text=None, top=30):
     for line in lines_text.splitlines():
         p = line.split()
         kind, addr, recur = ("I" if p[0] == "0" else "D"), int(p[1], 16), int(p[2]) if len(p) > 2 else 0
-        i = bisect.bisect_right(starts, addr) - 1
-        if i >= 0 and addr < maps[i][1]:
-            start, _, off, path, perms = maps[i]
-        else:
-            start, off, path, perms = addr, 0, "[unmapped]", ""
+        start, off, path, perms = mapping_of(maps, starts, addr)
         name = path.rsplit("/", 1)[-1]
         keys = ["%s %s %s" % (kind, perms, name)]
         tallies = [by_map]
@@ -423,8 +430,7 @@ def anon_data_lines(lines_text, maps_text):
         if p[0] != "1":
             continue
         addr = int(p[1], 16)
-        i = bisect.bisect_right(starts, addr) - 1
-        if not (i >= 0 and addr < maps[i][1] and maps[i][3].startswith("/")):
+        if not mapping_of(maps, starts, addr)[2].startswith("/"):
             out.append(addr)
     return sorted(out)
 

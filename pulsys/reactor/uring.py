@@ -471,8 +471,9 @@ class UringReactor(ReactorBase):
         the counters lag the answers by a millisecond when load stops and by FOLD_AGE or
         FOLD_AT hits under load (the histogram and the log by a tick more). The
         bookkeeping runs once per fold instead of once per turn, where it cost ~27,600
-        instructions (CPython 3.11, valgrind), twice a hit's own ~12,800; folded before every sleep it was still once a request at one
-        connection (docs/benchmarks.md, issue 18). Hits are mostly the same few Answers
+        instructions (CPython 3.11, valgrind), twice a hit's own ~12,800; folded before
+        every sleep it was still once a request at one connection (docs/benchmarks.md,
+        issue 18). Hits are mostly the same few Answers
         (a busy cache answers the same files over and over), so they are counted per
         distinct Answer: collections' C helper _count_elements tallies them into a reused
         dict, and the Python below runs once per distinct Answer, not per hit. Hits not
