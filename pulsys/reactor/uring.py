@@ -41,9 +41,30 @@ FOLD_AT = 128       # fused hits kept unfolded at most (fold_hits)
 FOLD_IDLE = 0.001   # a pause in the load this long folds them (the counters lag by it at most)
 FOLD_AGE = 0.01     # and so does the first of them being this old when the loop would sleep
 FOLDS_HELD = 256    # folds whose per-turn work waits for the tick at most (turn_work)
+MARK_SPAN = 0.001   # turns that begin within this of a mark's turn share that mark (mark_turn)
 IBUF_SIZE = 16 * 1024
 _REQUESTS, _SQES, _BYTES, _FUSED, _ENTER, _HITS = (M.REQUESTS, M.URING_SQES, M.BYTES_SERVED,
                                                   M.FUSED_HEAD_BODY, M.URING_ENTER, M.CACHE_HITS)
+
+
+def mark_turn(marks, now, took, n):
+    """Mark the end of a loop turn's fused hits: the hits up to index n were answered by a
+    turn that began at `now` and took `took` seconds, the time the histogram and the
+    access log give each of them (fold_hits). A turn that begins within MARK_SPAN of the
+    last mark's turn extends that mark: its hits take the mark's start as their time and
+    the longest of the turns' durations as theirs. A mark's cost is paid at the tick,
+    turn_work's histogram and log text, ~1.7 us each; at a few hits a turn (16
+    connections over two reactors: ~5) that was 5% of the server's CPU a request, which
+    one mark a fold saved (nomark_c16.json; docs/benchmarks.md, issue 18, twentieth
+    day). So a hit's logged time is its turn's start to within MARK_SPAN, and its
+    duration at least its own turn's, as nginx's timer_resolution directive trades
+    precision of $msec for gettimeofday() calls."""
+    if marks:
+        t0, t, _ = marks[-1]
+        if now - t0 < MARK_SPAN:
+            marks[-1] = (t0, took if took > t else t, n)
+            return
+    marks.append((now, took, n))
 
 
 class UringConn(Conn):
@@ -133,7 +154,6 @@ class UringReactor(ReactorBase):
         cycle, reap, dispatch = self.ring.cycle, self.ring.reap, self.dispatch
         posts, drain, me = self.mailbox.queue, self.mailbox.drain, self
         hits, fold, marks = self._turn_hits, self.fold_hits, self._turn_marks
-        mark = marks.append
 
         def turn():
             # The pass's time is taken before its enter (which does not block): what
@@ -152,7 +172,7 @@ class UringReactor(ReactorBase):
                 reap(dispatch)
             n = len(hits)
             if n and (not marks or marks[-1][2] != n):     # hits since the last mark: this turn's
-                mark((now, monotonic() - now, n))
+                mark_turn(marks, now, monotonic() - now, n)
                 if n >= FOLD_AT:
                     fold()
             if posts:
