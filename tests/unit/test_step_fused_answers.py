@@ -2,6 +2,7 @@
 HttpStep.remember). These check that a remembered answer never outlives what it
 was planned from: a new Entry, a removed one, an expired revision, a changed key set."""
 
+import json
 import os
 import sys
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from pulsys import metrics as M
+from pulsys.reactor import uring
 from pulsys.reactor.conn import READ
 from tests.uring_stub import FusedHitRig
 
@@ -287,12 +289,12 @@ def test_a_fused_hit_that_fails_accounts_for_its_recv_and_closes_only_its_connec
     assert rig.conn.fd not in r.conns
 
 
-def test_turns_folded_together_count_each_turns_duration(rig):
-    """The loop's turn marks where its fused hits end, with its start and duration, and
-    folds several turns at once (UringReactor._turn, fold_hits): each turn's hits go
-    into the histogram and the access log with that turn's times, counted once."""
+def _turns_served_and_logged(rig, turns):
+    """After a first request (the general step), the loop's turns as `turns` says: each
+    (start, hits, seconds) delivers that many fused hits and ends with the turn's mark
+    (mark_turn), with a JSON access log into a StringIO. -> (that StringIO, its writer,
+    the counters before the turns)."""
     import io
-    import json
 
     from pulsys.log import AccessLog, AccessLogWriter
     r, conn = rig.reactor, rig.conn
@@ -302,16 +304,24 @@ def test_turns_folded_together_count_each_turns_duration(rig):
     w = AccessLogWriter([log], "json", out)
     r.access_log, r.access = log, r._after_fold(log.append)
     before = list(r.counters)
-    t1 = time.monotonic()
-    for now, k, took in ((t1, 2, 0.0002), (t1 + 0.01, 3, 0.003)):
+    for now, k, took in turns:
         r.now = now
         for _ in range(k):
             conn.rbuf[0:len(GET)] = GET
             conn.inflight += 1
             rig.dispatch(rig.tag, len(GET), 0)
-        # what the turn does at its end
-        r._turn_marks.append((now, took, len(r._turn_hits)))
-    assert r.counters == before and len(r._turn_hits) == 5
+        uring.mark_turn(r._turn_marks, now, took, len(r._turn_hits))    # the turn's end
+    return out, w, before
+
+
+def test_turns_folded_together_count_each_turns_duration(rig):
+    """The loop's turn marks where its fused hits end, with its start and duration, and
+    folds several turns at once (UringReactor._turn, fold_hits): each turn's hits go
+    into the histogram and the access log with that turn's times, counted once."""
+    r = rig.reactor
+    t1 = time.monotonic()
+    out, w, before = _turns_served_and_logged(rig, ((t1, 2, 0.0002), (t1 + 0.01, 3, 0.003)))
+    assert r.counters == before and len(r._turn_hits) == 5 and len(r._turn_marks) == 2
     r.fold_hits()
     d = [a - b for a, b in zip(r.counters, before)]
     assert d[M.REQUESTS] == d[M.FUSED_HEAD_BODY] == 5
@@ -328,6 +338,37 @@ def test_turns_folded_together_count_each_turns_duration(rig):
     lines = [json.loads(l) for l in out.getvalue().splitlines()]
     assert [l["duration_ms"] for l in lines] == [0.2, 0.2, 3.0, 3.0, 3.0, 1.0]
     assert lines[-1]["path"] == "/general" and lines[0]["timestamp"] < lines[2]["timestamp"]
+
+
+def test_turns_within_mark_span_share_a_mark():
+    """A turn that begins within MARK_SPAN of the last mark's turn extends it (the mark's
+    start, the longer duration, its own end); one that begins later gets its own."""
+    t = 1000.0
+    marks = []
+    uring.mark_turn(marks, t, 0.0002, 2)
+    uring.mark_turn(marks, t + uring.MARK_SPAN / 2, 0.003, 5)
+    uring.mark_turn(marks, t + uring.MARK_SPAN * 0.9, 0.0001, 6)
+    assert marks == [(t, 0.003, 6)]
+    uring.mark_turn(marks, t + uring.MARK_SPAN * 1.5, 0.0004, 9)
+    assert marks == [(t, 0.003, 6), (t + uring.MARK_SPAN * 1.5, 0.0004, 9)]
+
+
+def test_hits_of_turns_sharing_a_mark_are_logged_with_its_time(rig):
+    """Two turns 0.4 ms apart share a mark: their five hits go into the histogram and
+    the access log with the first turn's start and the longer turn's duration."""
+    r = rig.reactor
+    t1 = time.monotonic()
+    out, w, before = _turns_served_and_logged(rig, ((t1, 2, 0.0002), (t1 + 0.0004, 3, 0.003)))
+    assert r._turn_marks == [(t1, 0.003, 5)]
+    r.fold_hits()
+    r.turn_work()
+    d = [a - b for a, b in zip(r.counters, before)]
+    hist = d[M.H_WARM:M.H_WARM_SUM]
+    assert hist[M.LATENCY_BOUNDS.index(0.005)] == 5 and sum(hist) == 5 and d[M.H_WARM_SUM] == 5 * 3000
+    w.flush()
+    lines = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert [l["duration_ms"] for l in lines] == [3.0] * 5
+    assert len({l["timestamp"] for l in lines}) == 1
 
 
 def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
@@ -351,7 +392,6 @@ def test_the_general_step_logs_after_the_fused_hits_answered_before_it(rig):
 def test_held_folds_make_their_turns_texts_without_a_tick_once_folds_held_wait(rig, monkeypatch):
     # a reactor whose tick is late (a long turn) holds at most FOLDS_HELD folds' turns
     from pulsys.log import AccessLog, AccessLogWriter
-    from pulsys.reactor import uring
     monkeypatch.setattr(uring, "FOLDS_HELD", 3)
     r, conn = rig.reactor, rig.conn
     served(rig)
