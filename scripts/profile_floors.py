@@ -6,7 +6,8 @@ Per server and round, up to five runs of the C keep-alive client (scripts/bench_
 CPU 1; servers on CPU 0), each --duration seconds (--runs picks them; plain always runs):
   plain   req/s, each thread's user and system CPU (/proc/<pid>/task/<tid>/stat) per request,
           and kernel events per CPU (perf stat -a -A, counting: io_uring task work added
-          or run locally, IPIs sent, reschedule and call-function interrupts, wake-ups)
+          or run locally, IPIs sent, reschedule and call-function interrupts, wake-ups,
+          io_uring_enter calls, poll arms, SQEs submitted and CQEs posted)
   trace   `perf trace -s -p PID`: every system call by thread and name, per request
   py-spy  `py-spy record --threads --gil --nonblocking`: where the thread holding the GIL
           is (leaf frames, share of samples), and which thread it is. The liburing binding
@@ -81,7 +82,8 @@ def tree_pids(pid):
 
 KERNEL_EVENTS = ["io_uring:io_uring_task_add", "io_uring:io_uring_local_work_run", "ipi:ipi_send_cpu",
                  "irq_vectors:reschedule_entry", "irq_vectors:call_function_single_entry", "sched:sched_wakeup",
-                 "context-switches"]
+                 "context-switches", "syscalls:sys_enter_io_uring_enter", "io_uring:io_uring_poll_arm",
+                 "io_uring:io_uring_submit_req", "io_uring:io_uring_complete"]
 
 
 def thread_cpu(pid, run, workdir, events=KERNEL_EVENTS):
@@ -158,11 +160,12 @@ SAMPLE_US = 250      # perf record -e cpu-clock -c: one sample per 250 us of a C
 
 
 def cpu_profile(pid, run, workdir, top=80):
-    """Where CPU 0's time goes while it serves, by function: `perf record -e cpu-clock`
+    """Where CPU 0's time goes while it serves, by function and by shared object (the
+    kernel's functions as one): `perf record -e cpu-clock`
     (a software timer, which this VM's missing hardware counters do not need) on CPU 0,
     the server's threads only (by name: `perf report --pid` drops some rounds' samples of
     threads perf found running at its start) -> (loadgen's report, [(dso, symbol,
-    samples)], samples)."""
+    samples)], samples, {dso: samples} over every function)."""
     out = os.path.join(workdir, "cpu.data")
     comms = ",".join(sorted({name for name, _, _ in threads(pid).values()}))
     p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-c", str(SAMPLE_US * 1000), "-C", "0",
@@ -178,7 +181,10 @@ def cpu_profile(pid, run, workdir, top=80):
         m = re.match(r"\s+[\d.]+%\s+(\d+)\s+(\S+)\s+\[.\]\s+(.*)", line)
         if m:
             rows.append((m.group(2), m.group(3).strip(), int(m.group(1))))
-    return g, rows[:top], sum(r[2] for r in rows)
+    by_dso = collections.Counter()
+    for dso, _, k in rows:
+        by_dso["kernel" if dso.startswith("[kernel") else dso] += k
+    return g, rows[:top], sum(r[2] for r in rows), by_dso
 
 
 def footprint(pid, run, window, delay):
@@ -235,7 +241,8 @@ def _touched(pids, window):
     return touched
 
 
-SUMMED_EVENTS = ("context-switches", "irq_vectors:reschedule_entry", "ipi:ipi_send_cpu", "sched:sched_wakeup")
+SUMMED_EVENTS = ("context-switches", "irq_vectors:reschedule_entry", "ipi:ipi_send_cpu", "sched:sched_wakeup",
+                 "syscalls:sys_enter_io_uring_enter", "io_uring:io_uring_poll_arm", "io_uring:io_uring_task_add")
 
 
 def summary(rows):
@@ -261,6 +268,9 @@ def summary(rows):
                 for d, f, us in r["profile_top_us_per_request"]:
                     acc["%s %s" % (d, f)] += us / len(prof)
             s["profile_us_per_request"] = med([r["profile_us_per_request"] for r in prof])
+            dsos = dict.fromkeys(d for r in prof for d in r.get("profile_dso_us_per_request", {}))
+            s["profile_dso_us_per_request"] = {d: med([r["profile_dso_us_per_request"].get(d, 0) for r in prof])
+                                               for d in dsos}
             s["profile_top_us_per_request"] = [(k, round(v, 3)) for k, v in acc.most_common(60)]
         fp = [r["footprint_kib"] for r in mine if r.get("footprint_kib")]
         if fp:   # the process that touched most: a reactor (the parent of --listeners 2 is idle)
@@ -345,10 +355,12 @@ def main():
                     row["py_spy_req_per_s"] = round(g.get("req_per_s", 0), 1)
                     row["py_spy"] = spy
                 if "profile" in runs:
-                    g, top, total = cpu_profile(pid, run, ctx.workdir)
+                    g, top, total, by_dso = cpu_profile(pid, run, ctx.workdir)
                     n = g.get("requests") or 0
                     row["profile_req_per_s"] = round(g.get("req_per_s", 0), 1)
                     row["profile_us_per_request"] = round(total * SAMPLE_US / n, 2) if n else None
+                    row["profile_dso_us_per_request"] = {d: round(k * SAMPLE_US / n, 3)
+                                                         for d, k in by_dso.most_common()} if n else {}
                     row["profile_top_us_per_request"] = [(d, f, round(k * SAMPLE_US / n, 3)) for d, f, k in top] if n else []
                 if "footprint" in runs:
                     g, touched = footprint(pid, run, a.window, min(1.0, a.duration / 3))
