@@ -59,13 +59,48 @@ def blob_key(blob_id, key=None):
     return b if key is None else b + lkey(key)
 
 
+def _open_gen(path, writer):
+    """The index's generation (IndexDB.gen): 8 bytes at the start of the file `gen` beside
+    LMDB's, mapped shared by every process. -> (fd, mmap). The writer makes it before it
+    opens LMDB, so an index with a committed transaction has one wherever a kill lands
+    (a kill after the first commit and before the file once left a reader with
+    FileNotFoundError: tests/behaviour/test_index_crash.py). A reader that finds none, or
+    a short one, gets IndexUnusable."""
+    name = os.path.join(path, "gen")
+    try:
+        fd = os.open(name, (os.O_RDWR | os.O_CREAT if writer else os.O_RDONLY) | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise IndexUnusable("the index %s is not usable: it has no generation file (gen)" % path) from None
+    except OSError as e:
+        raise IndexUnusable("cannot open the index %s: %s" % (path, e.strerror or e)) from None
+    try:
+        if os.fstat(fd).st_size < 8:
+            if not writer:
+                raise IndexUnusable("the index %s is not usable: its generation file (gen) is short" % path)
+            os.ftruncate(fd, mmap.PAGESIZE)
+        mm = mmap.mmap(fd, 8, mmap.MAP_SHARED, mmap.PROT_READ | (mmap.PROT_WRITE if writer else 0))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, mm
+
+
+def _close_gen(gen):
+    if gen is not None:
+        gen[1].close()
+        os.close(gen[0])
+
+
 class IndexDB:
     def __init__(self, root, writer=True):
         """root: the cache's v1 directory. The writer creates what is missing."""
         self.path = os.path.join(root, "index")
         self.writer = writer
+        self._gen_fd = -1
+        gen = None
         if writer:
             os.makedirs(self.path, exist_ok=True)
+            gen = _open_gen(self.path, True)    # before LMDB's first commit: see _open_gen
         try:
             # meminit stays on (LMDB's default): with MDB_NOMEMINIT the unused part of
             # each page LMDB mallocs is written to the file as the heap left it, and this
@@ -76,6 +111,7 @@ class IndexDB:
                                  max_readers=MAX_READERS, readonly=not writer, create=writer,
                                  subdir=True, lock=True, readahead=False, meminit=True)
         except lmdb.Error as e:
+            _close_gen(gen)
             raise IndexUnusable("cannot open the index %s: %s" % (self.path, e)) from None
         try:
             if writer:      # every named database in one transaction: a kill leaves all or none
@@ -83,16 +119,17 @@ class IndexDB:
                     dbs = [self.env.open_db(n, txn=tx, create=True) for n in _DBS]
             else:
                 dbs = [self.env.open_db(n, create=False) for n in _DBS]
+                gen = _open_gen(self.path, False)
         except lmdb.Error as e:
             self.env.close()
+            _close_gen(gen)
             raise IndexUnusable("the index %s is not usable: %s" % (self.path, e)) from None
+        except BaseException:
+            self.env.close()
+            _close_gen(gen)
+            raise
         self.entries, self.revs, self.byblob, self.blobs, self.negative, self.meta = dbs
-        self._gen_fd = os.open(os.path.join(self.path, "gen"),
-                               (os.O_RDWR | os.O_CREAT if writer else os.O_RDONLY) | os.O_CLOEXEC, 0o644)
-        if writer and os.fstat(self._gen_fd).st_size < 8:
-            os.ftruncate(self._gen_fd, mmap.PAGESIZE)
-        self._gen_mm = mmap.mmap(self._gen_fd, 8, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | (mmap.PROT_WRITE if writer else 0))
+        self._gen_fd, self._gen_mm = gen
         self.genv = memoryview(self._gen_mm).cast("Q")
         if writer:
             self.env.reader_check()        # slots of processes that died holding a snapshot

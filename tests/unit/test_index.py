@@ -282,3 +282,50 @@ def test_store_commit_is_atomic(tmp_path):
     open(st.new_part_path(), "wb").close()                    # a leftover partial
     assert st.clean_tmp() == 1 and not os.listdir(st.tmp)
 
+
+
+def test_the_writer_makes_the_generation_file_before_lmdb_commits(tmp_path, monkeypatch):
+    """A kill after LMDB's first commit must find the generation file there: the writer
+    makes it before it opens LMDB (tests/behaviour/test_index_crash.py sweeps the kills)."""
+    import lmdb
+
+    from pulsys.cache import indexdb
+    seen = []
+    real = lmdb.open
+
+    def watched(path, **kw):
+        seen.append(os.path.exists(os.path.join(path, "gen")))
+        return real(path, **kw)
+    monkeypatch.setattr(indexdb.lmdb, "open", watched)
+    db = indexdb.IndexDB(str(tmp_path / "v1"))
+    db.bump()
+    db.close()
+    assert seen == [True]
+    reader = indexdb.IndexDB(str(tmp_path / "v1"), writer=False)
+    try:
+        assert reader.gen() == 1
+    finally:
+        reader.close()
+
+
+def test_a_reader_of_an_index_without_its_generation_file_gets_index_unusable(tmp_path):
+    from pulsys.cache.indexdb import IndexDB, IndexUnusable
+    root = str(tmp_path / "v1")
+    IndexDB(root).close()
+    gen = os.path.join(root, "index", "gen")
+    with open(gen, "r+b") as f:
+        f.truncate(3)
+    for expect in ("is short", "has no generation file"):
+        try:
+            IndexDB(root, writer=False).close()
+        except IndexUnusable as e:
+            assert expect in str(e) and root in str(e)
+        else:
+            raise AssertionError("a reader opened an index whose gen file %s" % expect)
+        if os.path.exists(gen):
+            os.remove(gen)
+    db = IndexDB(root)            # the writer makes it again
+    try:
+        assert db.gen() == 0
+    finally:
+        db.close()
