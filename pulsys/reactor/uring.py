@@ -483,7 +483,8 @@ class UringReactor(ReactorBase):
         the wait, as nginx takes its clock once per event-loop pass: its `timer_resolution`
         directive documents gettimeofday() "each time a kernel event is received") and
         took until the turn's end, which is what the histogram and the access log record
-        for each. The turn only marks where its hits end with those two times. The loop
+        for each. The turn only marks where its hits end with those two times (turns
+        that begin within MARK_SPAN share a mark: mark_turn). The loop
         folds at FOLD_AT hits; when it would sleep and no completion came for FOLD_IDLE
         (the load paused: the sends just submitted travel meanwhile) or the first unfolded
         turn is FOLD_AGE old (a trickle of requests that never pauses that long); before
