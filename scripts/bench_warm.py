@@ -147,14 +147,21 @@ def start_pulsys(hub, cache, flags, cpus="0", tree=ROOT, env=None):
                     "--log-format", "json", "--auth", "off"] + flags
     p = subprocess.Popen(cmd, cwd=tree, env=server_env(env, tree), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
-    for _ in range(200):
+    # 30 s, as bench_compare.wait_port, and an exit told apart from a slow start: the 10 s
+    # this waited ran out once under the test suite's parallel load on 2 CPUs, and nothing
+    # said which it was (tests/bench/test_bench_scripts.py)
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and p.poll() is None:
         try:
             urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=1).read()
             return p, "http://127.0.0.1:%d" % port
         except OSError:
             time.sleep(0.05)
+    if p.poll() is not None:
+        raise SystemExit("bench_warm: pulsys with flags %s exited with status %s before it served"
+                         % (flags, p.returncode))
     p.kill()
-    raise SystemExit("bench_warm: pulsys did not start with flags %s" % flags)
+    raise SystemExit("bench_warm: pulsys did not start within 30 s with flags %s" % flags)
 
 
 def start_floor(root, flags, cpus="0", env=None):

@@ -504,6 +504,20 @@ def test_only_a_full_run_may_replace_the_headline():
         assert not render_bench.full_run(dict(full, settings=dict(full["settings"], **{key: value}))), key
 
 
+def test_warm_bench_says_when_pulsys_exits_instead_of_serving(tmp_path):
+    """A variant whose flags pulsys refuses: bench_warm stops at once with pulsys's exit
+    status, not after waiting out its start deadline."""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench_warm.py"), "--name", "bad",
+                        "--duration", "1", "--rounds", "1", "--out-dir", str(tmp_path),
+                        "--variant", "bad=--no-iouring --no-such-flag"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "exited with status 2 before it served" in p.stderr, p.stderr[-2000:]
+    assert time.monotonic() - t0 < 25      # its start deadline is 30 s
+    assert not (tmp_path / "bad.json").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("generator", ["loadgen", "wrk"])
 def test_warm_bench_measures_both_sides_cpu_and_the_ceiling(tmp_path, generator):
