@@ -373,6 +373,11 @@ class Supervisor:
         return soon
 
     def _restart(self, slot, rc):
+        # the dead worker is not ready, and its ready frame (pid, backend) no longer says
+        # who serves: describe() showed it ready, with the new restart count, until the
+        # new one was forked (tests/multiproc/test_listeners.py)
+        slot.ready.clear()
+        slot.info = {}
         now = time.monotonic()
         self.deaths.append(now)
         while self.deaths and self.deaths[0] < now - CRASH_LOOP[1]:

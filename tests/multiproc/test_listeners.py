@@ -235,6 +235,23 @@ def test_workers_are_forked_by_the_fork_server_and_restarts_are_too(srv):
     assert one_request(srv.address, "/org/m/resolve/main/small.safetensors") == (200, SMALL)
 
 
+def test_a_dead_worker_is_never_shown_ready_while_it_is_restarted(srv):
+    """/debug/vars while worker 0 is killed and restarted: no view shows the restart
+    counted and the worker ready with the dead one's pid."""
+    old = srv.vars(sync=False)["workers"][0]["pid"]
+    os.kill(old, signal.SIGKILL)
+    seen = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        w = srv.vars(sync=False)["workers"][0]
+        seen.append((w["restarts"], w["ready"], w["pid"]))
+        if w["restarts"] == 1 and w["ready"] and w["pid"] != old:
+            break
+    assert [v for v in seen if v == (1, True, old)] == []
+    assert seen[-1][:2] == (1, True) and seen[-1][2] != old, seen[-5:]
+    assert os.path.exists("/proc/%d" % seen[-1][2])
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_killed_server_leaves_no_fork_server_and_no_worker(srv):
     pids = [w["pid"] for w in srv.vars(sync=False)["workers"]]
