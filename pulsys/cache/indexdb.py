@@ -96,7 +96,6 @@ class IndexDB:
         """root: the cache's v1 directory. The writer creates what is missing."""
         self.path = os.path.join(root, "index")
         self.writer = writer
-        self._gen_fd = -1
         gen = None
         if writer:
             os.makedirs(self.path, exist_ok=True)

@@ -235,6 +235,7 @@ def test_workers_are_forked_by_the_fork_server_and_restarts_are_too(srv):
     assert one_request(srv.address, "/org/m/resolve/main/small.safetensors") == (200, SMALL)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_dead_worker_is_never_shown_ready_while_it_is_restarted(srv):
     """/debug/vars while worker 0 is killed and restarted: no view shows the restart
     counted and the worker ready with the dead one's pid."""

@@ -283,7 +283,6 @@ def test_store_commit_is_atomic(tmp_path):
     assert st.clean_tmp() == 1 and not os.listdir(st.tmp)
 
 
-
 def test_the_writer_makes_the_generation_file_before_lmdb_commits(tmp_path, monkeypatch):
     """A kill after LMDB's first commit must find the generation file there: the writer
     makes it before it opens LMDB (tests/behaviour/test_index_crash.py sweeps the kills)."""
